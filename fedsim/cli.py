@@ -1,0 +1,128 @@
+"""``fedsim`` command line: run, validate (and the commands other modules register).
+
+Exit status: 0 ok (a diverged run is a result, still 0); 2 invalid scenario or arguments, with
+one line naming the field; 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    """Bad command-line input: exit 2 with this one-line message."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, no usage dump
+        raise UsageError(f"fedsim: {message}")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="fedsim", description="Federated learning under system heterogeneity, on a simulated clock.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="run one scenario (or each of its variants)")
+    r.add_argument("scenario")
+    r.add_argument("--out", default=None, help="run folder (default runs/<name>)")
+    r.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    r.add_argument("--force", action="store_true", help="replace an existing run folder")
+    r.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR from its last checkpoint")
+    r.add_argument("--schedule-only", action="store_true", help="run only the clock; write clients.csv and round times")
+    r.add_argument("--quiet", action="store_true")
+    v = sub.add_parser("validate", help="check a scenario without running it")
+    v.add_argument("scenario")
+    v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    return p
+
+
+def _cmd_validate(args) -> int:
+    from .scenario import expand_variants, load_scenario, read_yaml
+
+    sc = load_scenario(args.scenario, args.overrides)
+    variants = expand_variants(sc, _raw(args), Path(args.scenario).resolve().parent)
+    names = ", ".join(v for v, _ in variants if v)
+    print(f"{args.scenario}: ok" + (f" ({len(variants)} variants: {names})" if names else ""))
+    return 0
+
+
+def _raw(args) -> dict:
+    from .scenario import apply_overrides, read_yaml
+
+    return apply_overrides(read_yaml(args.scenario), args.overrides)
+
+
+def _cmd_run(args) -> int:
+    from .runner import default_out, run
+    from .scenario import expand_variants, load_scenario
+
+    sc = load_scenario(args.scenario, args.overrides)
+    variants = expand_variants(sc, _raw(args), Path(args.scenario).resolve().parent)
+    base = Path(args.out) if args.out else default_out(sc)
+    results = []
+    for vname, vsc in variants:
+        out = base / vname if vname else base
+        if args.schedule_only:
+            from .schedule import run_schedule
+
+            run_schedule(vsc, out, force=args.force)
+            print(f"{vsc.name}: schedule written to {out}")
+            continue
+        summary = run(vsc, out, force=args.force, progress=not args.quiet)
+        results.append((vname or vsc.name, summary, out))
+    if results:
+        _print_summary(results)
+    return 0
+
+
+def _print_summary(results) -> None:
+    w = max(len(n) for n, _, _ in results)
+    print(f"{'run':<{w}}  {'rounds':>6}  {'sim_time':>10}  {'test_acc':>8}  {'train_loss':>10}  folder")
+    for name, s, out in results:
+        acc = "" if s.test_acc != s.test_acc else f"{s.test_acc:.4f}"
+        loss = "" if s.train_loss != s.train_loss else f"{s.train_loss:.4f}"
+        flag = "  (diverged)" if s.diverged else ""
+        print(f"{name:<{w}}  {s.rounds:>6}  {s.sim_time:>10.1f}  {acc:>8}  {loss:>10}  {out}{flag}")
+
+
+COMMANDS = {"run": _cmd_run, "validate": _cmd_validate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .scenario import ScenarioError
+
+    input_errors: tuple[type[BaseException], ...] = (UsageError, ScenarioError)
+    try:
+        from .data.errors import DataNotFound
+
+        input_errors += (DataNotFound,)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from .clock import TraceError
+
+        input_errors += (TraceError,)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        args = _build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except input_errors as err:
+        print(str(err).splitlines()[0] if str(err) else type(err).__name__, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fedsim: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the CLI's last resort, one line unless debugging
+        if os.environ.get("FEDSIM_DEBUG"):
+            raise
+        print(f"fedsim: error: {type(err).__name__}: {err} (set FEDSIM_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""What the clock hands to the engine: one :class:`Job` per (round, client) row, grouped in a
+:class:`RoundPlan` per server update, and the same rows as numpy columns (:class:`RoundTable`)
+for clock-only runs that must not pay for one Python object per row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["Job", "RoundPlan", "RoundTable", "STATUSES", "JOB_COLUMNS"]
+
+#: Every status a row can have, in the order of the ``status`` codes of :class:`RoundTable`.
+STATUSES = ("completed", "dropped", "offline", "failed")
+
+#: Column names of a job table (the fields of :class:`Job`, in order).
+JOB_COLUMNS = ("round", "client", "status", "steps", "start", "end", "key", "version", "staleness", "weight", "count")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row of the schedule: what one client did for one server update.
+
+    Attributes:
+        round: sync: the round index (0-based). async: the index of the server update that reports
+            this job (the plan's ``round``; the update produces server version ``round + 1``).
+            Failed and dropped async jobs are reported in the next plan after they resolve.
+        client: client index.
+        status: ``completed`` | ``dropped`` | ``offline`` | ``failed``.
+        steps: local steps tau_i actually done (0 unless completed).
+        start: download start (offline rows: the round's open time).
+        end: completed: upload done; failed: the outage time; dropped: sync: the round's close (the
+            server gave up: window end / deadline), async: ``start``; offline: the round's open time.
+        key: the integer that keys this job's random streams ``(seed, purpose, client, key)``
+            (work, slowdown, and the engine's minibatch order / dropout). sync: the round;
+            async: the global job sequence number (0, 1, 2, ... in start order).
+        version: global model version the job downloaded (sync: == round).
+        staleness: async: server updates applied between download and the report (0 in sync).
+        weight: raw aggregation weight from the sampling scheme (0 for offline rows): full
+            participation p_i; uniform without replacement p_i * m / q; weighted with replacement
+            count / q; async p_i.
+        count: how many times the client was drawn (weighted sampling with replacement); 0 for
+            offline rows, 1 otherwise.
+    """
+
+    round: int
+    client: int
+    status: str
+    steps: int
+    start: float
+    end: float
+    key: int
+    version: int = 0
+    staleness: int = 0
+    weight: float = 0.0
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """One server update: its time span and every row the clock touched for it.
+
+    Attributes:
+        round: sync: round index; async: update index (new server version - 1), both 0-based.
+        open: when the round opened (async: time of the previous update, 0 for the first).
+        close: when the round ends (async: time of this update); ``rounds.csv`` ``sim_time``.
+        jobs: sync: sorted by client; async: in the order the server processed them
+            (resolution time, ties by job key).
+        min_live_version: after applying this plan, no future job needs a model version older
+            than this (sync: ``round + 1``), so the engine may free older versions.
+    """
+
+    round: int
+    open: float
+    close: float
+    jobs: tuple[Job, ...]
+    min_live_version: int = 0
+
+    @property
+    def completed(self) -> tuple[Job, ...]:
+        """The jobs whose update reaches the server."""
+        return tuple(j for j in self.jobs if j.status == "completed")
+
+    def table(self) -> "RoundTable":
+        """The same plan as numpy columns."""
+        cols = {name: [getattr(j, name) for j in self.jobs] for name in JOB_COLUMNS}
+        cols["status"] = [STATUSES.index(s) for s in cols["status"]]
+        return RoundTable(self.round, self.open, self.close, self.min_live_version, _arrays(cols))
+
+
+_DTYPES = {
+    "round": np.int64,
+    "client": np.int64,
+    "status": np.int8,
+    "steps": np.int64,
+    "start": np.float64,
+    "end": np.float64,
+    "key": np.int64,
+    "version": np.int64,
+    "staleness": np.int64,
+    "weight": np.float64,
+    "count": np.int64,
+}
+
+
+def _arrays(cols: dict[str, Sequence]) -> dict[str, np.ndarray]:
+    return {name: np.asarray(cols[name], dtype=_DTYPES[name]) for name in JOB_COLUMNS}
+
+
+@dataclass(frozen=True, eq=False)
+class RoundTable:
+    """A :class:`RoundPlan` as columns: ``columns[name]`` is a numpy array per :data:`JOB_COLUMNS`
+    entry; ``status`` holds codes into :data:`STATUSES` (``STATUSES[code]``)."""
+
+    round: int
+    open: float
+    close: float
+    min_live_version: int
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["client"])
+
+    def statuses(self) -> np.ndarray:
+        """The status column as strings."""
+        return np.asarray(STATUSES, dtype=object)[self.columns["status"]]
+
+    def plan(self) -> RoundPlan:
+        """The same rows as a :class:`RoundPlan` of :class:`Job` objects."""
+        c = self.columns
+        lists = [c[name].tolist() for name in JOB_COLUMNS]
+        lists[2] = [STATUSES[s] for s in lists[2]]
+        return RoundPlan(self.round, self.open, self.close, tuple(map(Job, *lists)), self.min_live_version)

@@ -1,0 +1,202 @@
+"""The simulation loop: clock plans -> local training -> server update -> rows.
+
+Small on purpose: each stage is a function of explicit values; this file only wires them and
+hands rows to the run-folder writers.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..algorithms.server import RoundUpdate, ServerState, client_correction, server_apply, server_init
+from ..algorithms.spec import AlgoSpec, resolve
+from ..clock import Clock, RoundPlan
+from .evaluate import global_objective, test_metrics
+from .train import Task, auto_chunk, train_cohort
+from .workload import Workload, build_workload, resolve_device
+
+Tensors = dict[str, torch.Tensor]
+
+__all__ = ["Simulation", "RunSummary", "round_weights", "build_simulation"]
+
+
+@dataclass
+class RunSummary:
+    rounds: int
+    sim_time: float
+    test_acc: float
+    test_loss: float
+    train_loss: float
+    diverged: bool
+    dist_to_opt: float | None = None
+
+
+def round_weights(plan: RoundPlan) -> dict[int, float]:
+    """Aggregation weight w_i per completed client.
+
+    The clock's raw sampling weights (ALGORITHMS.md section 1) of selected clients that did not
+    report are redistributed over those that did, in proportion to their raw weights.
+    """
+    selected = [j for j in plan.jobs if j.status != "offline"]
+    done = [j for j in selected if j.status == "completed" and j.steps > 0]
+    s_sel = sum(j.weight for j in selected)
+    s_done = sum(j.weight for j in done)
+    if s_done <= 0:
+        return {}
+    return {j.client: j.weight * s_sel / s_done for j in done}
+
+
+@dataclass
+class Simulation:
+    """Explicit state of a synchronous run between rounds (what a checkpoint holds)."""
+
+    sc: object
+    work: Workload
+    spec: AlgoSpec
+    params: Tensors
+    server: ServerState
+    chunk: int
+
+    def step(self, plan: RoundPlan) -> tuple[dict, list[dict]]:
+        """Execute one round plan; returns (round row, client rows)."""
+        sc, spec, work = self.sc, self.spec, self.work
+        lr = spec.round_lr(plan.round, sc.rounds)
+        weights = round_weights(plan)
+        done = [j for j in plan.jobs if j.client in weights and j.status == "completed"]
+        tasks = [Task(j.client, j.steps, j.key) for j in done]
+        if work.module is not None:
+            work.module.train()
+        res = train_cohort(
+            work, spec, self.params, tasks,
+            round_lr=lr, seed=sc.seed, chunk=self.chunk,
+            correction=lambda i: client_correction(spec, self.server, i, self.params),
+            direction=self.server.direction,
+            vhat0=self.server.vhat,
+        )
+        w = torch.tensor([weights[t.client] for t in tasks], dtype=torch.float64)
+        upd = RoundUpdate(
+            clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps,
+            lr=lr, num_clients=work.num_clients,
+            client_p={i: float(p) for i, p in enumerate(work.weights)}, vhat=res.vhat,
+        )
+        self.params, self.server = server_apply(spec, self.params, self.server, upd)
+        a_of = {t.client: float(a) for t, a in zip(tasks, res.a_norm)}
+        client_rows = [
+            dict(
+                round=plan.round, client=j.client, status=j.status, steps=j.steps,
+                a_norm=a_of.get(j.client, 0.0), start=j.start, end=j.end,
+                version=j.version, staleness=j.staleness, weight=weights.get(j.client, 0.0),
+            )
+            for j in plan.jobs
+        ]
+        taus = [t.steps for t in tasks]
+        row = dict(
+            round=plan.round, sim_time=plan.close, participants=len(tasks),
+            tau_mean=float(np.mean(taus)) if taus else None,
+            tau_min=min(taus) if taus else None, tau_max=max(taus) if taus else None,
+            lr=lr, diverged=0,
+        )
+        return row, client_rows
+
+    def finite(self) -> bool:
+        return all(bool(torch.isfinite(v).all()) for v in self.params.values())
+
+    def evaluate(self, row: dict) -> dict:
+        work = self.work
+        if work.module is not None:
+            work.module.eval()
+        if self.sc.eval.train_loss or work.is_quadratic:
+            row["train_loss"] = global_objective(work, self.params)
+        row["test_loss"], row["test_acc"] = test_metrics(work, self.params)
+        if work.optimum is not None:
+            row["dist_to_opt"] = float(torch.linalg.vector_norm(self.params["x"].double().cpu() - work.optimum))
+        return row
+
+
+def build_simulation(sc) -> tuple[Simulation, Clock]:
+    """Workload, algorithm, server state and clock for scenario ``sc``."""
+    device = resolve_device(sc.engine.device)
+    dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
+    if sc.engine.threads:
+        torch.set_num_threads(sc.engine.threads)
+    work = build_workload(sc, device, dtype)
+    spec = resolve(sc.algorithm)
+    chunk = auto_chunk(work, device) if sc.engine.clients_per_batch == "auto" else sc.engine.clients_per_batch
+    sim = Simulation(sc, work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk)
+    clock = Clock(
+        sc.system, sc.round, seed=sc.seed, client_sizes=work.client_sizes,
+        weights=work.weights, batch_size=sc.algorithm.batch_size,
+    )
+    return sim, clock
+
+
+def simulate(sc, writers, *, progress=None, start_round: int = 0, sim: Simulation | None = None,
+             on_round=None) -> RunSummary:
+    """Run rounds ``start_round..sc.rounds-1`` and hand rows to ``writers`` (rounds, clients)."""
+    clock = None
+    if sim is None:
+        sim, clock = build_simulation(sc)
+    else:
+        clock = Clock(
+            sc.system, sc.round, seed=sc.seed, client_sizes=sim.work.client_sizes,
+            weights=sim.work.weights, batch_size=sc.algorithm.batch_size,
+        )
+    rounds_w, clients_w = writers
+    last = {}
+    diverged = False
+    t0 = time.perf_counter()
+    for plan in islice(clock.plans(), start_round, sc.rounds):
+        row, client_rows = sim.step(plan)
+        ok = sim.finite()
+        final = plan.round == sc.rounds - 1 or not ok
+        if ok and (final or (plan.round + 1) % sc.eval.every == 0):
+            row = sim.evaluate(row)
+        if not ok:
+            row["diverged"] = 1
+            diverged = True
+        clients_w.write(client_rows)
+        rounds_w.write([row])
+        last = row
+        if progress is not None:
+            progress(row, time.perf_counter() - t0)
+        if on_round is not None:
+            on_round(sim, plan)
+        if not ok:
+            break
+    return RunSummary(
+        rounds=int(last.get("round", -1)) + 1,
+        sim_time=float(last.get("sim_time", 0.0)),
+        test_acc=_num(last.get("test_acc")),
+        test_loss=_num(last.get("test_loss")),
+        train_loss=_num(last.get("train_loss")),
+        diverged=diverged,
+        dist_to_opt=last.get("dist_to_opt"),
+    )
+
+
+def _num(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def progress_printer(name: str, total: int, stream=sys.stderr):
+    """A one-line progress display when ``stream`` is a terminal; None otherwise."""
+    if not stream.isatty():
+        return None
+
+    def show(row: dict, wall: float) -> None:
+        acc = row.get("test_acc")
+        acc_s = "" if acc is None or (isinstance(acc, float) and math.isnan(acc)) else f" acc {acc:.4f}"
+        stream.write(f"\r{name}: round {row['round'] + 1}/{total}  t_sim {row['sim_time']:.1f}s{acc_s}  wall {wall:.1f}s ")
+        if row["round"] + 1 == total or row.get("diverged"):
+            stream.write("\n")
+        stream.flush()
+
+    return show

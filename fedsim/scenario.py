@@ -1,0 +1,568 @@
+"""Scenario: the typed, frozen, validated description of one simulation.
+
+A scenario is read from YAML with ``yaml.safe_load``, overridden with dotted ``--set`` keys and
+validated once here (pydantic v2, ``extra="forbid"``, frozen). Core code only ever sees these
+models, never a dict. Errors become :class:`ScenarioError` with one line naming the field path.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "ScenarioError",
+    "Scenario",
+    "load_scenario",
+    "parse_scenario",
+    "apply_overrides",
+    "dump_scenario",
+]
+
+
+class ScenarioError(ValueError):
+    """Invalid scenario: ``str(err)`` is one line, ``field.path: problem``."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- distributions
+class Uniform(_Frozen):
+    """Continuous uniform on [low, high]."""
+
+    dist: Literal["uniform"]
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _order(self):
+        if not self.low <= self.high:
+            raise ValueError("low must be <= high")
+        return self
+
+
+class LogNormal(_Frozen):
+    """``median * exp(sigma * N(0, 1))``."""
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+
+
+class RandInt(_Frozen):
+    """Integer uniform on {low, ..., high} (both inclusive)."""
+
+    dist: Literal["randint"]
+    low: int
+    high: int
+
+    @model_validator(mode="after")
+    def _order(self):
+        if not self.low <= self.high:
+            raise ValueError("low must be <= high")
+        return self
+
+
+class Constant(_Frozen):
+    dist: Literal["constant"]
+    value: float
+
+
+class Exponential(_Frozen):
+    """Exponential with the given mean."""
+
+    dist: Literal["exponential"]
+    mean: float = Field(gt=0)
+
+
+Dist = Annotated[Union[Uniform, LogNormal, RandInt, Constant, Exponential], Field(discriminator="dist")]
+IntDist = Annotated[Union[RandInt, Constant], Field(discriminator="dist")]
+
+
+def dist_low(d: Any) -> float:
+    """Smallest value a number or distribution can take."""
+    if isinstance(d, (int, float)):
+        return float(d)
+    if isinstance(d, (Uniform, RandInt)):
+        return float(d.low)
+    if isinstance(d, Constant):
+        return d.value
+    return 0.0  # lognormal / exponential: > 0 but unbounded below 1
+
+
+# --------------------------------------------------------------------------- sections
+class PartitionConfig(_Frozen):
+    """How training samples are split across clients (ignored for quadratic and synthetic)."""
+
+    name: Literal["iid", "dirichlet", "dirichlet_equal", "shards", "powerlaw"] = "iid"
+    alpha: float = Field(0.5, gt=0)
+    classes_per_client: int = Field(2, ge=1)
+    min_size: int = Field(10, ge=1)
+    power: float = Field(1.5, gt=0)
+
+
+DataName = Literal[
+    "quadratic", "synthetic", "digits", "mnist", "fashion_mnist", "cifar10", "cifar100", "tinyimagenet"
+]
+
+
+class DataConfig(_Frozen):
+    """Workload data. See README for which keys apply to which ``name``."""
+
+    name: DataName = "quadratic"
+    clients: int | None = Field(None, ge=1)
+    # quadratic
+    centers: tuple[tuple[float, ...], ...] | None = None
+    dim: int = Field(10, ge=1)
+    center_scale: float = Field(1.0, gt=0)
+    weights: tuple[float, ...] | None = None
+    # synthetic (FedProx Synthetic(alpha, beta))
+    alpha: float = Field(1.0, ge=0)
+    beta: float = Field(1.0, ge=0)
+    iid: bool = False
+    # digits / images
+    partition: PartitionConfig = PartitionConfig()
+    root: str = "data"
+    download: bool = False
+    standin: bool = False
+    augment: bool | None = None
+    n_train: int | None = Field(None, ge=1)
+    n_test: int | None = Field(None, ge=1)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, w):
+        if w is not None:
+            if any(x < 0 for x in w) or sum(w) <= 0:
+                raise ValueError("must be non-negative with a positive sum")
+        return w
+
+    @model_validator(mode="after")
+    def _clients(self):
+        if self.name == "quadratic":
+            if self.centers is not None:
+                if len({len(c) for c in self.centers}) != 1:
+                    raise ValueError("centers: every center needs the same dimension")
+                if self.clients is not None and self.clients != len(self.centers):
+                    raise ValueError("clients: must equal the number of centers")
+            if self.weights is not None:
+                m = len(self.centers) if self.centers is not None else self.clients
+                if m is not None and len(self.weights) != m:
+                    raise ValueError("weights: need one weight per client")
+        elif self.weights is not None:
+            raise ValueError("weights: only for quadratic data (otherwise p_i = n_i / n)")
+        return self
+
+    @property
+    def num_clients(self) -> int:
+        if self.clients is not None:
+            return self.clients
+        if self.centers is not None:
+            return len(self.centers)
+        return 30 if self.name == "synthetic" else 10
+
+
+class ModelConfig(_Frozen):
+    name: Literal["quadratic", "logreg", "mlp", "cnn", "vgg11", "resnet18_gn"] | None = None
+    hidden: int = Field(200, ge=1)
+
+
+class MarkovAvailability(_Frozen):
+    """Two-state Markov availability: exponential online/offline sojourns with these means."""
+
+    model: Literal["markov"]
+    mean_online: float = Field(gt=0)
+    mean_offline: float = Field(gt=0)
+
+
+Interval = tuple[float, float]
+
+
+class SystemConfig(_Frozen):
+    """System heterogeneity: speeds, slowdowns, latency, availability, measured traces."""
+
+    speed: float | tuple[float, ...] | Dist = 1.0
+    slowdown: Dist | None = None
+    latency: float = Field(0.0, ge=0)
+    availability: Literal["always"] | MarkovAvailability | tuple[tuple[Interval, ...], ...] = "always"
+    trace: str | None = None
+    trace_repeat: Literal["cycle", "last"] = "cycle"
+
+    @field_validator("speed")
+    @classmethod
+    def _speed(cls, s):
+        if isinstance(s, (int, float)):
+            if not s > 0 or not math.isfinite(s):
+                raise ValueError("must be > 0")
+        elif isinstance(s, tuple):
+            if not s or any(not (x > 0 and math.isfinite(x)) for x in s):
+                raise ValueError("must be > 0")
+        elif isinstance(s, (Uniform, RandInt, Constant)) and dist_low(s) <= 0:
+            raise ValueError("must be > 0")
+        return s
+
+    @field_validator("slowdown")
+    @classmethod
+    def _slowdown(cls, s):
+        if isinstance(s, (Uniform, RandInt, Constant)) and dist_low(s) <= 0:
+            raise ValueError("must be > 0")
+        return s
+
+    @field_validator("availability")
+    @classmethod
+    def _intervals(cls, a):
+        if isinstance(a, tuple):
+            for intervals in a:
+                for s, e in intervals:
+                    if not 0 <= s < e:
+                        raise ValueError("offline intervals need 0 <= start < end")
+        return a
+
+
+class RoundConfig(_Frozen):
+    """Server round policy and the work each client is given."""
+
+    policy: Literal["window", "wait", "deadline", "async"] = "window"
+    window: float | None = Field(None, gt=0)
+    deadline: float | None = Field(None, gt=0)
+    local_steps: int | IntDist | None = None
+    local_epochs: int | IntDist | None = None
+    max_local_steps: int | None = Field(None, ge=1)
+    clients_per_round: int | None = Field(None, ge=1)
+    sampling: Literal["uniform", "weighted"] = "uniform"
+    # asynchronous policy
+    concurrency: int | None = Field(None, ge=1)
+    buffer: int = Field(1, ge=1)
+
+    @field_validator("local_steps", "local_epochs")
+    @classmethod
+    def _work(cls, w):
+        if w is not None and dist_low(w) < 1:
+            raise ValueError("must be >= 1")
+        return w
+
+
+class AlgorithmConfig(_Frozen):
+    """Algorithm preset plus overrides. ``None`` means "the preset's default"."""
+
+    name: str = "fedavg"
+    lr: float = 0.1
+    batch_size: int = Field(32, ge=1)
+    weight_decay: float = Field(0.0, ge=0)
+    momentum: float | None = Field(None, ge=0, lt=1)
+    mu: float | None = Field(None, ge=0)
+    clip_norm: float | None = Field(None, gt=0)
+    lr_decay: float = Field(1.0, gt=0, le=1)  # per local step within a round
+    lr_round_decay: float = Field(1.0, gt=0, le=1)  # per round, exponential (FedLADA 0.998)
+    lr_milestones: tuple[float, ...] = ()  # fractions of the run (FedNova: [0.5, 0.75])
+    lr_milestone_factor: float = Field(0.1, gt=0, le=1)
+    solver: Literal["sgd", "adam", "amsgrad"] | None = None
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    correction: Literal["none", "scaffold", "fedcm", "lada", "nova_vr"] | None = None
+    amend: float | None = Field(None, ge=0, le=1)  # FedCM / FedLADA alpha
+    aggregation: Literal["avg", "nova"] | None = None
+    tau_eff: Literal["a_norm", "tau"] | None = None
+    server_opt: Literal["sgd", "momentum", "adam", "yogi", "adagrad"] | None = None
+    server_lr: float | None = Field(None, gt=0)
+    server_momentum: float | None = Field(None, ge=0, lt=1)
+    server_betas: tuple[float, float] | None = None
+    server_eps: float | None = Field(None, gt=0)
+    share_vhat: bool | None = None
+    # asynchronous
+    staleness: Literal["constant", "polynomial", "hinge"] = "polynomial"
+    staleness_exponent: float = 0.5
+    hinge_a: float = Field(10.0, gt=0)
+    hinge_b: float = Field(4.0, ge=0)
+    mixing: float = Field(0.6, gt=0, le=1)  # FedAsync a
+    normalize_async: bool = False
+
+    @field_validator("lr")
+    @classmethod
+    def _lr(cls, v):
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+    @field_validator("lr_milestones")
+    @classmethod
+    def _milestones(cls, v):
+        if any(not 0 < f < 1 for f in v) or list(v) != sorted(v):
+            raise ValueError("fractions must be increasing and in (0, 1)")
+        return v
+
+    @field_validator("staleness_exponent")
+    @classmethod
+    def _exp(cls, v):
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+
+class EvalConfig(_Frozen):
+    every: int = Field(1, ge=1)
+    train_loss: bool = True
+
+
+class EngineConfig(_Frozen):
+    clients_per_batch: Literal["auto"] | int = "auto"
+    device: str = "auto"
+    dtype: Literal["float32", "float64"] = "float32"
+    threads: int | None = Field(None, ge=1)
+
+    @field_validator("clients_per_batch")
+    @classmethod
+    def _cpb(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1 or auto")
+        return v
+
+
+class CheckpointConfig(_Frozen):
+    every: int = Field(0, ge=0)  # rounds; 0 = never
+
+
+class Scenario(_Frozen):
+    """One simulation: workload, system, round policy, algorithm, evaluation, engine."""
+
+    name: str = "run"
+    seed: int = 0
+    rounds: int = Field(10, ge=1)
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    system: SystemConfig = SystemConfig()
+    round: RoundConfig = RoundConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
+    eval: EvalConfig = EvalConfig()
+    engine: EngineConfig = EngineConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    variants: dict[str, dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _cross(self):
+        m = self.data.num_clients
+        r = self.round
+        if r.clients_per_round is not None and r.clients_per_round > m:
+            raise _FieldError("round.clients_per_round", f"must be <= data.clients ({m})")
+        if isinstance(self.system.speed, tuple) and len(self.system.speed) != m:
+            raise _FieldError("system.speed", f"needs one speed per client ({m})")
+        av = self.system.availability
+        if isinstance(av, tuple) and len(av) != m:
+            raise _FieldError("system.availability", f"needs one interval list per client ({m})")
+        two_lat = 2 * self.system.latency
+        if r.policy == "window":
+            if r.window is None:
+                raise _FieldError("round.window", "required for policy window")
+            if not r.window > two_lat:
+                raise _FieldError("round.window", "must be longer than two latencies (download + upload)")
+        if r.policy == "deadline":
+            if r.deadline is None:
+                raise _FieldError("round.deadline", "required for policy deadline")
+            if not r.deadline > two_lat:
+                raise _FieldError("round.deadline", "must be longer than two latencies (download + upload)")
+        if r.policy in ("wait", "deadline", "async"):
+            if r.local_steps is None and r.local_epochs is None:
+                raise _FieldError("round.local_steps", f"policy {r.policy} needs local_steps or local_epochs")
+        if r.local_steps is not None and r.local_epochs is not None:
+            raise _FieldError("round.local_epochs", "give local_steps or local_epochs, not both")
+        if r.local_epochs is not None and self.data.name == "quadratic":
+            raise _FieldError("round.local_epochs", "quadratic data has no epochs; use local_steps")
+        if r.policy == "async":
+            if r.concurrency is None:
+                raise _FieldError("round.concurrency", "required for policy async")
+            if r.concurrency > m:
+                raise _FieldError("round.concurrency", f"must be <= data.clients ({m})")
+            if self.algorithm.name == "fedbuff" and r.buffer > r.concurrency:
+                raise _FieldError("round.buffer", "must be <= round.concurrency for fedbuff")
+        if self.model.name not in (None, "quadratic") and self.data.name == "quadratic":
+            raise _FieldError("model.name", "quadratic data takes no model")
+        if self.data.name != "quadratic" and self.model.name == "quadratic":
+            raise _FieldError("model.name", "quadratic model needs quadratic data")
+        if self.system.trace is not None and av != "always":
+            raise _FieldError("system.availability", "give either a trace or availability, not both")
+        from .algorithms.spec import SpecError, resolve
+
+        try:
+            spec = resolve(self.algorithm)
+        except SpecError as err:
+            raise _FieldError(err.path, err.msg) from None
+        if spec.asynchronous and r.policy != "async":
+            raise _FieldError("algorithm.name", f"{spec.name} needs round.policy async")
+        if r.policy == "async" and not spec.asynchronous:
+            raise _FieldError("algorithm.name", "round.policy async needs fedbuff or fedasync")
+        return self
+
+    @property
+    def model_name(self) -> str:
+        if self.data.name == "quadratic":
+            return "quadratic"
+        return self.model.name or "logreg"
+
+
+class _FieldError(ValueError):
+    def __init__(self, path: str, msg: str):
+        super().__init__(f"{path}: {msg}")
+        self.path = path
+        self.msg = msg
+
+
+# --------------------------------------------------------------------------- loading
+def _format_error(err: ValidationError) -> str:
+    e = err.errors(include_url=False)[0]
+    loc = [str(p) for p in e["loc"] if not _is_union_tag(p)]
+    msg = e["msg"]
+    ctx_err = (e.get("ctx") or {}).get("error")
+    if isinstance(ctx_err, _FieldError):
+        return f"{ctx_err.path}: {ctx_err.msg}"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    if e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    path = ".".join(loc)
+    return f"{path}: {msg}" if path else msg
+
+
+def _is_union_tag(p: Any) -> bool:
+    # pydantic puts union member names (e.g. 'float', 'tuple[float, ...]', 'uniform') in loc
+    return isinstance(p, str) and (
+        p in {"float", "int", "str", "bool", "uniform", "lognormal", "randint", "constant", "exponential"}
+        or "[" in p
+        or p.startswith("function-")
+        or p in {"MarkovAvailability", "literal['always']", "Uniform", "LogNormal", "RandInt", "Constant"}
+    )
+
+
+def parse_scenario(raw: Any, base_dir: Path | None = None) -> Scenario:
+    """Validate a raw mapping into a :class:`Scenario`; relative paths resolve against ``base_dir``."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ScenarioError("scenario: top level must be a mapping")
+    try:
+        sc = Scenario.model_validate(raw)
+    except ValidationError as err:
+        raise ScenarioError(_format_error(err)) from None
+    except _FieldError as err:  # pragma: no cover - pydantic wraps these
+        raise ScenarioError(str(err)) from None
+    if base_dir is not None:
+        sc = _resolve_paths(sc, base_dir)
+    return sc
+
+
+def _resolve_paths(sc: Scenario, base: Path) -> Scenario:
+    data = sc.data
+    root = Path(data.root)
+    if not root.is_absolute():
+        data = data.model_copy(update={"root": str((base / root).resolve())})
+    system = sc.system
+    if system.trace is not None and not Path(system.trace).is_absolute():
+        system = system.model_copy(update={"trace": str((base / system.trace).resolve())})
+    return sc.model_copy(update={"data": data, "system": system})
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Apply ``a.b=value`` overrides (value parsed as YAML) to a raw scenario mapping."""
+    raw = _deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ScenarioError(f"--set {item}: expected dotted.key=value")
+        key, value = item.split("=", 1)
+        _set_dotted(raw, key.strip(), _parse_value(value), f"--set {item}")
+    return raw
+
+
+def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
+    parts = key.split(".")
+    if not all(parts):
+        raise ScenarioError(f"{where}: empty key")
+    node = raw
+    for p in parts[:-1]:
+        nxt = node.get(p)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            node[p] = nxt
+        node = nxt
+    node[parts[-1]] = value
+
+
+def _deepcopy(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _deepcopy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_deepcopy(v) for v in x]
+    return x
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a scenario file into a raw mapping (``yaml.safe_load`` only)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"{p}: no such scenario file")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise ScenarioError(f"{p}:{where}: YAML syntax error: {problem}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{p}: not a text file") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{p}: top level must be a mapping")
+    return raw
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    """Read, override and validate a scenario file."""
+    raw = read_yaml(path)
+    raw = apply_overrides(raw, overrides or [])
+    return parse_scenario(raw, base_dir=Path(path).resolve().parent)
+
+
+def expand_variants(sc: Scenario, raw: dict, base_dir: Path | None = None) -> list[tuple[str, Scenario]]:
+    """``[(variant, scenario)]``: one scenario per entry of ``variants`` (overrides applied)."""
+    if not sc.variants:
+        return [("", sc)]
+    out = []
+    for vname, over in sc.variants.items():
+        if not isinstance(over, dict):
+            raise ScenarioError(f"variants.{vname}: must map dotted keys to values")
+        sub = {k: v for k, v in raw.items() if k != "variants"}
+        sub = _deepcopy(sub)
+        for k, v in over.items():
+            _set_dotted(sub, str(k), _deepcopy(v), f"variants.{vname}.{k}")
+        sub["name"] = f"{sc.name}/{vname}"
+        try:
+            out.append((vname, parse_scenario(sub, base_dir)))
+        except ScenarioError as err:
+            raise ScenarioError(f"variants.{vname}.{err}") from None
+    return out
+
+
+def dump_scenario(sc: Scenario) -> str:
+    """The fully resolved scenario as YAML (round-trips through :func:`parse_scenario`)."""
+    return yaml.safe_dump(_plain(sc.model_dump(mode="json")), sort_keys=False)
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x
