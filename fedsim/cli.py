@@ -37,6 +37,11 @@ def _build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a scenario without running it")
     v.add_argument("scenario")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    from .compare import add_compare_parser
+    from .report.cli import add_plot_parser
+
+    add_compare_parser(sub)
+    add_plot_parser(sub)
     return p
 
 
@@ -62,7 +67,9 @@ def _cmd_run(args) -> int:
 
     sc = load_scenario(args.scenario, args.overrides)
     variants = expand_variants(sc, _raw(args), Path(args.scenario).resolve().parent)
-    base = Path(args.out) if args.out else default_out(sc)
+    if args.resume and args.out:
+        raise UsageError("fedsim: --resume DIR names the run folder; give no --out with it")
+    base = Path(args.resume or args.out or default_out(sc))
     results = []
     for vname, vsc in variants:
         out = base / vname if vname else base
@@ -72,7 +79,7 @@ def _cmd_run(args) -> int:
             run_schedule(vsc, out, force=args.force)
             print(f"{vsc.name}: schedule written to {out}")
             continue
-        summary = run(vsc, out, force=args.force, progress=not args.quiet)
+        summary = run(vsc, out, force=args.force, progress=not args.quiet, resume=bool(args.resume))
         results.append((vname or vsc.name, summary, out))
     if results:
         _print_summary(results)
@@ -89,7 +96,19 @@ def _print_summary(results) -> None:
         print(f"{name:<{w}}  {s.rounds:>6}  {s.sim_time:>10.1f}  {acc:>8}  {loss:>10}  {out}{flag}")
 
 
-COMMANDS = {"run": _cmd_run, "validate": _cmd_validate}
+def _cmd_compare(args) -> int:
+    from .compare import cmd_compare
+
+    return cmd_compare(args)
+
+
+def _cmd_plot(args) -> int:
+    from .report.cli import cmd_plot
+
+    return cmd_plot(args)
+
+
+COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "compare": _cmd_compare, "plot": _cmd_plot}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -272,7 +272,11 @@ def is_complete(folder: str | Path, scenario: Scenario | None = None) -> bool:
 
 # --------------------------------------------------------------------------- running
 def _run_one(scenario_text: str, folder: str, threads: int | None) -> dict:
-    """Worker: run one (cell, seed) into its folder (top level so spawned processes can import it)."""
+    """Worker: run one (cell, seed) into its folder (top level so spawned processes can import it).
+
+    A folder holding an unfinished run of the same scenario is continued from its last checkpoint
+    (from the start when it has none); anything else there is replaced.
+    """
     if threads:
         import torch
 
@@ -280,8 +284,10 @@ def _run_one(scenario_text: str, folder: str, threads: int | None) -> dict:
     from .runner import run
 
     sc = parse_scenario(yaml.safe_load(scenario_text))
+    stored = Path(folder) / "scenario.yaml"
+    same = stored.is_file() and stored.read_text() == scenario_text
     t0 = time.perf_counter()
-    s = run(sc, Path(folder), force=True, progress=False)
+    s = run(sc, Path(folder), force=not same, resume=same, progress=False)
     return {"rounds": s.rounds, "sim_time": s.sim_time, "test_acc": s.test_acc, "wall": time.perf_counter() - t0}
 
 
@@ -589,3 +595,80 @@ def _main_log(quiet: bool) -> Callable[[str], None] | None:
     if quiet:
         return None
     return lambda line: print(line, file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- command line
+def _list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    return items or None
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    items = _list(text)
+    if items is None:
+        return None
+    seeds = []
+    for t in items:
+        try:
+            if "-" in t:
+                lo, hi = t.split("-", 1)
+                seeds.extend(range(int(lo), int(hi) + 1))
+            else:
+                seeds.append(int(t))
+        except ValueError:
+            raise ScenarioError(f"--seeds {text}: expected integers like 0,1,2 or 0-4") from None
+    return seeds
+
+
+def add_compare_parser(sub) -> None:
+    """Register ``fedsim compare`` on the CLI's subparsers."""
+    c = sub.add_parser(
+        "compare",
+        help="run a grid of algorithms x round policies x settings x seeds and summarize it",
+        description="Every cell of a seed runs on the same system trace; finished cells are not run again.",
+    )
+    c.add_argument("scenario")
+    c.add_argument("--algorithms", default=None, metavar="A,B", help="algorithm.name values (default: the scenario's)")
+    c.add_argument("--policies", default=None, metavar="P,Q", help="round.policy values (default: the scenario's)")
+    c.add_argument("--seeds", default=None, metavar="0,1,2", help="scenario seeds (default: the scenario's seed)")
+    c.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="more axes (repeatable)")
+    c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the base scenario for every cell")
+    c.add_argument("--target", type=float, default=None, help="test accuracy for time-to-target")
+    c.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
+    c.add_argument("--out", default=None, help="comparison folder (default runs/<name>-compare)")
+    c.add_argument("--force", action="store_true", help="rerun cells that are already complete")
+    c.add_argument("--plot", action="store_true", help="also write the figures to OUT/figures")
+    c.add_argument("--quiet", action="store_true")
+
+
+def cmd_compare(args) -> int:
+    res = run_compare(
+        args.scenario,
+        out=args.out,
+        algorithms=_list(args.algorithms),
+        policies=_list(args.policies),
+        seeds=_seeds(args.seeds),
+        grid=parse_grid(args.grid),
+        overrides=args.overrides,
+        target=args.target,
+        jobs=args.jobs,
+        force=args.force,
+        log=_main_log(args.quiet),
+    )
+    man = _read_manifest(res.out) or {}
+    print(format_summary(res.summary, man.get("keys")))
+    print(f"{len(res.ran)} run, {len(res.skipped)} already done, {len(res.failed)} failed; "
+          f"tables: {res.out / 'summary.csv'}, {res.out / 'runs.csv'}")
+    if args.plot and not res.runs.empty:
+        from .report.plots import plot_dir
+
+        files = plot_dir(res.out, res.out / "figures", target=args.target)
+        print(f"{len(files)} figures in {res.out / 'figures'}")
+    if res.failed:
+        for line in res.failed:
+            print(f"fedsim: failed: {line}", file=sys.stderr)
+        return 1
+    return 0

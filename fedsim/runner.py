@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from .checkpoint import _fault, load_checkpoint, save_checkpoint
 from .engine.run import RunSummary, build_simulation, progress_printer, simulate
 from .report.tables import CLIENT_COLUMNS, QUADRATIC_COLUMNS, ROUND_COLUMNS, TableWriter
 from .scenario import Scenario, ScenarioError, dump_scenario
@@ -58,19 +59,62 @@ def write_partition(path: Path, counts) -> None:
     _atomic_write_bytes(path, "".join(rows).encode())
 
 
-def run(sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True) -> RunSummary:
-    """Run ``sc`` into ``out`` (default ``runs/<name>``); returns the final summary."""
+def _truncate(path: Path, size: int) -> None:
+    if path.exists():
+        with open(path, "r+b") as f:
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _check_resumable(sc: Scenario, out: Path) -> None:
+    stored = out / "scenario.yaml"
+    if not stored.exists():
+        raise ScenarioError(f"--resume {out}: no run there (no scenario.yaml)")
+    if stored.read_text() != dump_scenario(sc):
+        raise ScenarioError(f"--resume {out}: holds a different scenario's run")
+
+
+def run(
+    sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True, resume: bool = False
+) -> RunSummary:
+    """Run ``sc`` into ``out`` (default ``runs/<name>``); returns the final summary.
+
+    With ``resume`` the run continues from the folder's last checkpoint (or from the start when
+    there is none); rows written after that checkpoint are cut back first.
+    """
     out = Path(out) if out is not None else default_out(sc)
-    prepare_folder(sc, out, force=force)
+    ck = None
+    if resume:
+        _check_resumable(sc, out)
+        ck = load_checkpoint(out)
+        sizes = ck["table_sizes"] if ck else {"rounds.csv": 0, "clients.csv": 0}
+        for name, size in sizes.items():
+            _truncate(out / name, size)
+    else:
+        prepare_folder(sc, out, force=force)
     sim, _ = build_simulation(sc)
+    start = 0
+    if ck is not None:
+        sim.load_state(ck["sim"])
+        start = int(ck["next_round"])
     if sim.work.class_counts is not None:
         write_partition(out / "partition.csv", sim.work.class_counts)
     cols = QUADRATIC_COLUMNS if sim.work.is_quadratic else ROUND_COLUMNS
     rounds_w = TableWriter(out / "rounds.csv", cols)
     clients_w = TableWriter(out / "clients.csv", CLIENT_COLUMNS)
+    every = sc.checkpoint.every
+
+    def on_round(sim, plan) -> None:
+        _fault(f"round:{plan.round}")
+        nxt = plan.round + 1
+        if every and nxt % every == 0 and nxt < sc.rounds:
+            sizes = {n: (out / n).stat().st_size for n in ("rounds.csv", "clients.csv")}
+            save_checkpoint(out, {"next_round": nxt, "table_sizes": sizes, "sim": sim.state_dict()})
+
     try:
         show = progress_printer(sc.name, sc.rounds) if progress else None
-        summary = simulate(sc, (rounds_w, clients_w), progress=show, sim=sim)
+        summary = simulate(sc, (rounds_w, clients_w), progress=show, sim=sim, start_round=start, on_round=on_round)
     finally:
         rounds_w.close()
         clients_w.close()

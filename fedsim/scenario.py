@@ -266,7 +266,7 @@ class AlgorithmConfig(_Frozen):
     solver: Literal["sgd", "adam", "amsgrad"] | None = None
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(1e-8, gt=0)
-    correction: Literal["none", "scaffold", "fedcm", "lada", "nova_vr"] | None = None
+    correction: Literal["none", "scaffold", "vrlsgd", "fedcm", "lada", "nova_vr"] | None = None
     amend: float | None = Field(None, ge=0, le=1)  # FedCM / FedLADA alpha
     aggregation: Literal["avg", "nova"] | None = None
     tau_eff: Literal["a_norm", "tau"] | None = None

@@ -164,7 +164,13 @@ def test_build_dataset_subsamples_and_partitions():
     d = build_dataset("digits", clients=6, partition=PartitionSpec("dirichlet", alpha=0.5, min_size=5), seed=0)
     assert len(d.client_indices) == 6 and d.client_sizes.min() >= 5
     s = build_dataset("synthetic", clients=12, partition=PartitionSpec(), seed=0, alpha=0.0, beta=0.0, dim=20)
-    assert len(s.client_indices) == 12 and s.input_shape == (20,)
+    assert len(s.client_indices) == 12 and s.input_shape == (20,) and s.name == "synthetic"
+    assert build_dataset("synthetic", clients=5, partition=PartitionSpec(), seed=0, iid=True).name == "synthetic-iid"
+    small = build_dataset("digits", clients=3, partition=PartitionSpec(), seed=0, n_train=300, n_test=100)
+    assert len(small.y_train) == 300 and len(small.y_test) == 100 and sum(small.client_sizes) == 300
+    full = digits(clients=3, partition=PartitionSpec(), seed=0)
+    half = build_dataset("digits", clients=3, partition=PartitionSpec(), seed=0, test_fraction=0.5)
+    assert len(half.y_test) > len(full.y_test)
 
 
 def test_build_dataset_errors(tmp_path):

@@ -2,21 +2,33 @@
 
 One step, for every client of a chunk at once (optax style: explicit state in, state out)::
 
-    g   <- clip(g) + weight_decay * x + mu * (x - x0) + corr        # corr: SCAFFOLD c - c_i, ...
-    u   <- SGD: g, or momentum buffer b = rho * b + g;  Adam/AMSGrad: m / sqrt(v_hat)
-    x   <- x - lr_k * (amend * u + (1 - amend) * G)                  # G: FedCM / FedLADA direction
+    g   <- clip(grad) + weight_decay * x + corr            # corr: SCAFFOLD / VRL-SGD c - c_i
+    SGD:      u <- g                   (+ mu (x - x0))      # FedProx term, outside any buffer
+    momentum: b <- rho b + g;  u <- b  (+ mu (x - x0))      # heavy ball, buffer reset each round
+    Adam:     m, v <- EMAs of g' = g + mu (x - x0);  u <- m / sqrt(v + eps)
+    AMSGrad:  as Adam, v_hat <- max(v_hat, v);       u <- m / sqrt(v_hat)
+    amended:  u <- amend * u + (1 - amend) * D               # FedCM Delta^t / FedLADA g_a
+    x   <- x - lr_k * u
 
-Clients whose step count is exhausted are frozen by ``mask`` on the *whole* state (parameters,
+The proximal term is applied to the step, not written into the momentum buffer (FedNova's public
+code stores it in the buffer; ALGORITHMS.md section 1 says not to). For the adaptive solvers the
+proximal term is part of the gradient of the local objective they precondition. Adam/AMSGrad
+have no bias correction (FedLADA / Reddi et al. convention); ``m`` and ``v`` restart at 0 every
+round, AMSGrad's ``v_hat`` starts at the server's average (or ``eps``).
+
+Clients whose step count is exhausted are frozen by ``masked`` on the *whole* state (parameters,
 buffers, moments), so one chunk can hold clients with unequal tau_i.
 
 ``a_norm`` runs the same rule as a scalar "shadow run" (FedNova, Wang et al. 2020, eq. (6)):
-x0 = 0, every gradient 1, corrections 0, lr 1 (times lr_k / lr under a schedule):
-||a_i||_1 = -x after tau_i steps. Adaptive solvers are not linear; they report tau_i.
+x0 = 0, every gradient 1, the global direction D = 1, corrections 0, weight decay 0, no clipping,
+the real learning rates lr_k; then ||a_i||_1 = -x / lr_0 after tau_i steps. This is exact for any
+mix of momentum, prox and schedules, because the update is linear in the gradients. Adaptive
+solvers are not linear; they report tau_i.
 """
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import torch
 
@@ -24,7 +36,7 @@ from .spec import AlgoSpec
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["init_state", "local_step", "a_norm", "step_lrs", "masked"]
+__all__ = ["init_state", "local_step", "a_norm", "step_lrs", "masked", "clip_grads"]
 
 
 def step_lrs(spec: AlgoSpec, round_lr: float, steps: int) -> list[float]:
@@ -74,22 +86,33 @@ def local_step(
     weight_decay: float | None = None,
     clip: bool = True,
 ) -> tuple[Tensors, Tensors]:
-    """One local step for stacked clients; returns new (params, state). Pure."""
+    """One local step for stacked clients; returns new (params, state). Pure.
+
+    Args:
+        params, grads, state: stacked tensors (leading client dimension).
+        lr: this step's learning rate.
+        x0: the round's starting point (the proximal anchor x^t).
+        corr: additive gradient correction per client (SCAFFOLD c - c_i), stacked.
+        direction: the global direction D (unstacked or stacked), used when ``amend < 1``.
+        weight_decay: override of ``spec.weight_decay`` (the shadow run uses 0).
+        clip: apply ``spec.clip_norm`` to ``grads``.
+    """
     wd = spec.weight_decay if weight_decay is None else weight_decay
     if clip and spec.clip_norm is not None:
         grads = clip_grads(grads, spec.clip_norm)
     new_p: Tensors = {}
     new_s: Tensors = {}
     b1, b2 = spec.betas
+    prox = spec.mu > 0 and x0 is not None
     for k, x in params.items():
         g = grads[k]
         if wd:
             g = g + wd * x
-        if spec.mu and x0 is not None:
-            g = g + spec.mu * (x - x0[k])
         if corr is not None:
             g = g + corr[k]
         if spec.adaptive:
+            if prox:
+                g = g + spec.mu * (x - x0[k])
             m = b1 * state["m." + k] + (1 - b1) * g
             v = b2 * state["v." + k] + (1 - b2) * g * g
             new_s["m." + k] = m
@@ -100,11 +123,14 @@ def local_step(
                 u = m / vhat.sqrt()
             else:
                 u = m / (v + spec.eps).sqrt()
-        elif spec.momentum > 0:
-            u = spec.momentum * state["buf." + k] + g
-            new_s["buf." + k] = u
         else:
-            u = g
+            if spec.momentum > 0:
+                u = spec.momentum * state["buf." + k] + g
+                new_s["buf." + k] = u
+            else:
+                u = g
+            if prox:
+                u = u + spec.mu * (x - x0[k])
         if direction is not None and spec.amend != 1.0:
             u = spec.amend * u + (1 - spec.amend) * direction[k]
         new_p[k] = x - lr * u
@@ -116,25 +142,41 @@ def masked(mask: torch.Tensor, new: Tensors, old: Tensors) -> Tensors:
     return {k: torch.where(_bcast(mask, v), v, old[k]) for k, v in new.items()}
 
 
-def a_norm(spec: AlgoSpec, steps: list[int] | torch.Tensor, lr_ratios: list[float]) -> torch.Tensor:
+def a_norm(
+    spec: AlgoSpec,
+    steps: Sequence[int] | torch.Tensor,
+    lr_ratios: Sequence[float],
+    lr: float | None = None,
+) -> torch.Tensor:
     """||a_i||_1 per client by the shadow run of the same update rule (float64).
 
-    ``lr_ratios[k]`` is lr_k / lr_0 for the round; ``steps`` holds tau_i per client.
-    Adaptive solvers return tau_i (their update is not linear in the gradients).
+    Args:
+        spec: the algorithm.
+        steps: tau_i per client.
+        lr_ratios: ``lr_ratios[k] = lr_k / lr_0`` for the round (per-step decay), at least
+            ``max(steps)`` entries.
+        lr: the round's learning rate lr_0. Needed when ``spec.mu > 0``: the proximal factor per
+            step is (1 - lr_k * mu), so ||a_i||_1 depends on lr, not only on the ratios.
+
+    Returns:
+        float64 tensor of ||a_i||_1; tau_i for adaptive solvers (their update is not linear in
+        the gradients, ALGORITHMS.md section 1).
     """
     steps_t = torch.as_tensor(steps, dtype=torch.float64)
     if spec.adaptive:
         return steps_t.clone()
+    if spec.mu > 0 and lr is None:
+        raise ValueError("a_norm: lr is needed when mu > 0 (the prox factor is 1 - lr * mu)")
+    eta = 1.0 if lr is None else float(lr)
     n = steps_t.shape[0]
     x = {"x": torch.zeros(n, dtype=torch.float64)}
     x0 = {"x": torch.zeros(n, dtype=torch.float64)}
     one = {"x": torch.ones(n, dtype=torch.float64)}
-    zero_dir = {"x": torch.zeros(n, dtype=torch.float64)} if spec.uses_global_direction else None
     st = init_state(spec, x)
     for k in range(int(steps_t.max().item()) if n else 0):
         nx, ns = local_step(
-            spec, x, one, st, lr_ratios[k], x0=x0, direction=zero_dir, weight_decay=0.0, clip=False
+            spec, x, one, st, eta * lr_ratios[k], x0=x0, direction=one, weight_decay=0.0, clip=False
         )
         mask = steps_t > k
         x, st = masked(mask, nx, x), masked(mask, ns, st)
-    return -x["x"]
+    return -x["x"] / eta

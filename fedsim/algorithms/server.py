@@ -1,17 +1,27 @@
 """Server side: aggregation (FedAvg / FedNova) and server optimizers as pure (init, apply).
 
-``apply`` takes the round's client updates and the explicit :class:`ServerState` and returns
-new global parameters and a new state; nothing is hidden in objects.
+``server_apply`` takes the round's client updates and the explicit :class:`ServerState` and
+returns new global parameters and a new state; nothing is hidden in objects.
 
-Aggregation (Wang et al. 2020, eq. (7)), with weights w_i of the clients that reported:
+Aggregation (Wang et al. 2020, eq. (7)), with the weights w_i of the clients that reported:
     avg:  d = sum_i w_i Delta_i
     nova: d = tau_eff * sum_i w_i Delta_i / ||a_i||_1,   tau_eff = sum_i w_i ||a_i||_1 (or tau_i)
-Server optimizer on the pseudo-gradient d (Reddi et al. 2021; Hsu et al. 2019):
+Server optimizer on the pseudo-gradient d (Reddi et al. 2021; Hsu et al. 2019), no bias correction:
     sgd:      x += eta_g d
     momentum: v = beta v + d;            x += eta_g v
     adam:     m = b1 m + (1-b1) d; v = b2 v + (1-b2) d^2;                 x += eta_g m/(sqrt(v)+eps)
     yogi:     m as adam; v = v - (1-b2) d^2 sign(v - d^2);               x += eta_g m/(sqrt(v)+eps)
     adagrad:  m as adam; v = v + d^2;                                      x += eta_g m/(sqrt(v)+eps)
+Persistent state (the clients' part is kept here too, keyed by client, for simulation):
+    scaffold / nova_vr (Karimireddy et al. 2020 option II; FedNova appendix H):
+        c_i+ = c_i - c + (x - y_i) / (eta ||a_i||_1)       (= tau_i eta for plain SGD)
+        c   += sum_{i in S} p_i (c_i+ - c_i)                 keeps c = sum_i p_i c_i exactly;
+                                                             p_i = 1/N gives the paper's |S|/N mean
+    vrlsgd (Liang et al. 2019), per-client Delta_i (local gradient g - Delta_i):
+        Delta_i += (xhat - y_i) / (eta ||a_i||_1),  xhat = x + d  (the averaged model)
+    fedcm / lada: D = -d / (eta * sum_i w_i ||a_i||_1): the clients' average change per unit of
+        local progress (per step for SGD); the next round's local direction (0 in round 1).
+    share_vhat: v_hat = sum_i w_i v_hat_i / sum_i w_i over the clients that reported.
 """
 
 from __future__ import annotations
@@ -24,7 +34,15 @@ from .spec import AlgoSpec
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["ServerState", "RoundUpdate", "server_init", "server_apply", "client_correction", "aggregate"]
+__all__ = [
+    "ServerState",
+    "RoundUpdate",
+    "server_init",
+    "server_apply",
+    "server_opt_apply",
+    "client_correction",
+    "aggregate",
+]
 
 
 @dataclass(frozen=True)
@@ -32,7 +50,7 @@ class ServerState:
     """Everything the server (and, for simulation, the clients' persistent state) carries."""
 
     opt: Tensors = field(default_factory=dict)  # server optimizer moments
-    c: Tensors | None = None  # SCAFFOLD / VRL-SGD / FedNova-VR global control variate
+    c: Tensors | None = None  # SCAFFOLD / FedNova-VR global control variate (VRL-SGD: stays 0)
     c_clients: dict[int, Tensors] = field(default_factory=dict)  # client control variates c_i
     direction: Tensors | None = None  # FedCM Delta^t / FedLADA g_a
     vhat: Tensors | None = None  # averaged AMSGrad v_hat (LocalAdam, FedLADA)
@@ -50,12 +68,12 @@ class RoundUpdate:
     steps: torch.Tensor  # tau_i (float64)
     lr: float  # local lr at the start of the round
     num_clients: int  # N, all clients
-    client_p: dict[int, float] = field(default_factory=dict)  # p_i of every client (nova_vr)
+    client_p: dict[int, float] = field(default_factory=dict)  # p_i of every client (default 1/N)
     vhat: Tensors | None = None  # clients' final v_hat (AMSGrad)
 
 
 def _wsum(w: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    return torch.tensordot(w.to(t.dtype), t, dims=1)
+    return torch.tensordot(w.to(device=t.device, dtype=t.dtype), t, dims=1)
 
 
 def aggregate(spec: AlgoSpec, upd: RoundUpdate) -> Tensors:
@@ -70,15 +88,20 @@ def aggregate(spec: AlgoSpec, upd: RoundUpdate) -> Tensors:
 
 
 def server_init(spec: AlgoSpec, params: Tensors) -> ServerState:
-    z = {k: torch.zeros_like(v) for k, v in params.items()}
+    """Zero moments, zero control variates, zero global direction (round 1 of FedCM/FedLADA)."""
+
+    def zeros() -> Tensors:
+        return {k: torch.zeros_like(v) for k, v in params.items()}
+
     opt: Tensors = {}
     if spec.server_opt == "momentum":
-        opt = {"v." + k: t.clone() for k, t in z.items()}
+        opt = {"v." + k: t for k, t in zeros().items()}
     elif spec.server_opt in ("adam", "yogi", "adagrad"):
-        opt = {"m." + k: t.clone() for k, t in z.items()}
-        opt.update({"v." + k: t.clone() for k, t in z.items()})
-    c = {k: t.clone() for k, t in z.items()} if spec.uses_control_variates else None
-    return ServerState(opt=opt, c=c)
+        opt = {"m." + k: t for k, t in zeros().items()}
+        opt.update({"v." + k: t for k, t in zeros().items()})
+    c = zeros() if spec.uses_control_variates else None
+    direction = zeros() if spec.uses_global_direction else None
+    return ServerState(opt=opt, c=c, direction=direction)
 
 
 def server_opt_apply(spec: AlgoSpec, params: Tensors, d: Tensors, opt: Tensors) -> tuple[Tensors, Tensors]:
@@ -107,7 +130,10 @@ def server_opt_apply(spec: AlgoSpec, params: Tensors, d: Tensors, opt: Tensors) 
 
 
 def client_correction(spec: AlgoSpec, state: ServerState, client: int, like: Tensors) -> Tensors | None:
-    """Additive gradient correction c - c_i for ``client`` (None when the algorithm has none)."""
+    """Additive gradient correction c - c_i for ``client`` (None when the algorithm has none).
+
+    A client never selected so far has c_i = 0 (SCAFFOLD's initialisation).
+    """
     if not spec.uses_control_variates:
         return None
     ci = state.c_clients.get(client)
@@ -124,37 +150,38 @@ def server_apply(spec: AlgoSpec, params: Tensors, state: ServerState, upd: Round
     new_params, opt = server_opt_apply(spec, params, d, state.opt)
     new = replace(state, opt=opt, version=state.version + 1)
     if spec.uses_control_variates:
-        new = _update_control_variates(spec, new, upd)
+        new = _update_control_variates(spec, new, upd, d)
     if spec.uses_global_direction:
-        k_mean = float((upd.weights * upd.steps).sum())
-        new = replace(
-            new,
-            direction={k: (params[k] - new_params[k]) / (k_mean * upd.lr) for k in params},
-        )
+        k_eff = float((upd.weights * upd.a_norm).sum())
+        new = replace(new, direction={k: -d[k] / (k_eff * upd.lr) for k in params})
     if spec.share_vhat and upd.vhat is not None:
-        new = replace(new, vhat={k: _wsum(upd.weights, v) / upd.weights.sum() for k, v in upd.vhat.items()})
+        new = replace(new, vhat={k: _wsum(upd.weights, v) / float(upd.weights.sum()) for k, v in upd.vhat.items()})
     return new_params, new
 
 
-def _update_control_variates(spec: AlgoSpec, st: ServerState, upd: RoundUpdate) -> ServerState:
+def _update_control_variates(spec: AlgoSpec, st: ServerState, upd: RoundUpdate, d: Tensors) -> ServerState:
     c_clients = dict(st.c_clients)
     eta = upd.lr
-    if spec.correction == "nova_vr":
-        # FedNova Appendix H: c_i = d_i^{t-1}, d_i = -Delta_i / (eta ||a_i||_1); c = sum_j p_j d_j.
+
+    def old(i: int) -> Tensors:
+        ci = c_clients.get(i)
+        return ci if ci is not None else {k: torch.zeros_like(v) for k, v in st.c.items()}
+
+    if spec.correction == "vrlsgd":
+        # VRL-SGD (Liang et al. 2019, Alg. 1) with tau_i in place of the common period k, as in
+        # FedNova's Fig. 2: Delta_i += (xhat - y_i) / (k eta), xhat - y_i = d - Delta y_i.
         for row, i in enumerate(upd.clients):
-            c_clients[i] = {k: -d[row] / (eta * upd.a_norm[row].item()) for k, d in upd.deltas.items()}
-        c = {k: sum(upd.client_p[j] * ci[k] for j, ci in c_clients.items()) for k in st.c}
-        return replace(st, c=c, c_clients=c_clients)
-    # SCAFFOLD option II: c_i+ = c_i - c + (x - y_i) / (K_i eta); VRL-SGD assumes one K for all.
-    k_common = float(upd.steps.mean())
-    dc_sum = {k: torch.zeros_like(v) for k, v in st.c.items()}
+            ci, scale = old(i), 1.0 / (eta * float(upd.a_norm[row]))
+            c_clients[i] = {k: ci[k] + (d[k] - upd.deltas[k][row]) * scale for k in st.c}
+        return replace(st, c_clients=c_clients)
+    # SCAFFOLD option II; FedNova-VR is the same rule (c_i = the normalized gradient d_i of the
+    # client's last round, corrections excluded) under FedNova aggregation.
+    c = {k: v.clone() for k, v in st.c.items()}
     for row, i in enumerate(upd.clients):
-        ci = c_clients.get(i) or {k: torch.zeros_like(v) for k, v in st.c.items()}
-        k_i = upd.a_norm[row].item() if spec.correction == "scaffold" else k_common
-        ci_new = {k: ci[k] - st.c[k] - upd.deltas[k][row] / (k_i * eta) for k in st.c}
-        for k in st.c:
-            dc_sum[k] += ci_new[k] - ci[k]
+        ci, scale = old(i), 1.0 / (eta * float(upd.a_norm[row]))
+        ci_new = {k: ci[k] - st.c[k] - upd.deltas[k][row] * scale for k in st.c}
+        p_i = upd.client_p.get(i, 1.0 / upd.num_clients)
+        for k in c:
+            c[k] = c[k] + p_i * (ci_new[k] - ci[k])
         c_clients[i] = ci_new
-    n_s = len(upd.clients)
-    c = {k: st.c[k] + (n_s / upd.num_clients) * dc_sum[k] / n_s for k in st.c}
     return replace(st, c=c, c_clients=c_clients)

@@ -1,12 +1,27 @@
-"""Resolve a scenario's ``algorithm`` section into one flat, frozen :class:`AlgoSpec`."""
+"""Resolve a scenario's ``algorithm`` section into one flat, frozen :class:`AlgoSpec`.
+
+``resolve`` fills every key the scenario leaves unset from the named preset (``presets.py``) and
+then checks the combination. Preset-provided parts follow an explicit override where that is the
+only sensible reading (``solver: sgd`` on ``fedlada`` turns its ``lada`` amendment into ``fedcm``
+and drops ``share_vhat``; ``server_momentum`` on a plain-SGD server turns it into ``momentum``;
+``amend`` on an algorithm without a correction adds the amended direction). A combination that
+makes no sense raises :class:`SpecError` naming the key the user set (``algorithm.x: ...``),
+which the scenario loader turns into exit status 2.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .presets import PRESETS, preset
 
-__all__ = ["AlgoSpec", "resolve", "SpecError"]
+__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION"]
+
+#: Corrections that keep per-client control variates (SCAFFOLD family).
+CONTROL_VARIATES = ("scaffold", "vrlsgd", "nova_vr")
+#: Corrections that amend the local step with the server's global direction.
+GLOBAL_DIRECTION = ("fedcm", "lada")
 
 
 class SpecError(ValueError):
@@ -20,6 +35,8 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class AlgoSpec:
+    """Every part of an algorithm, resolved (see ``docs/algorithms.md`` for the table)."""
+
     name: str
     lr: float
     batch_size: int
@@ -59,17 +76,22 @@ class AlgoSpec:
 
     @property
     def uses_global_direction(self) -> bool:
-        return self.correction in ("fedcm", "lada")
+        return self.correction in GLOBAL_DIRECTION
 
     @property
     def uses_control_variates(self) -> bool:
-        return self.correction in ("scaffold", "vrlsgd", "nova_vr")
+        return self.correction in CONTROL_VARIATES
 
     def round_lr(self, round_index: int, total_rounds: int) -> float:
-        """Local lr at the start of round ``round_index`` (exponential and milestone decay)."""
+        """Local lr at the start of round ``round_index`` (0-based).
+
+        ``lr * lr_round_decay**round_index``, times ``lr_milestone_factor`` once for every
+        milestone fraction f already passed: rounds ``>= ceil(f * total_rounds)`` (FedNova: /10
+        after 50% and /100 after 75% of the rounds with ``[0.5, 0.75]`` and factor 0.1).
+        """
         lr = self.lr * self.lr_round_decay**round_index
         for frac in self.lr_milestones:
-            if round_index >= int(round(frac * total_rounds)):
+            if round_index >= math.ceil(frac * total_rounds - 1e-9):
                 lr *= self.lr_milestone_factor
         return lr
 
@@ -85,12 +107,10 @@ def resolve(cfg) -> AlgoSpec:
     if cfg.name not in PRESETS:
         raise SpecError("algorithm.name", f"unknown algorithm {cfg.name!r}; known: {', '.join(sorted(PRESETS))}")
     base = dict(preset(cfg.name))
-    for key in _OVERRIDABLE:
-        value = getattr(cfg, key)
-        if value is not None:
-            base[key] = value
-    if cfg.correction is None and cfg.amend is not None and base["correction"] == "none":
-        base["correction"] = "fedcm"
+    explicit = {key for key in _OVERRIDABLE if getattr(cfg, key) is not None}
+    for key in explicit:
+        base[key] = getattr(cfg, key)
+    _follow_overrides(base, explicit)
     spec = AlgoSpec(
         name=cfg.name,
         lr=cfg.lr,
@@ -111,29 +131,74 @@ def resolve(cfg) -> AlgoSpec:
         normalize_async=cfg.normalize_async,
         **base,
     )
-    _check(spec)
+    _check(spec, explicit)
     return spec
 
 
-def _check(s: AlgoSpec) -> None:
+def _follow_overrides(b: dict, explicit: set[str]) -> None:
+    """Adjust preset-provided parts to the user's explicit overrides (never explicit ones)."""
+    adaptive = b["solver"] in ("adam", "amsgrad")
+    if "correction" not in explicit:
+        if b["correction"] == "none" and "amend" in explicit and b["amend"] != 1.0:
+            b["correction"] = "lada" if adaptive else "fedcm"
+        elif b["correction"] == "lada" and not adaptive:
+            b["correction"] = "fedcm"
+        elif b["correction"] == "fedcm" and adaptive:
+            b["correction"] = "lada"
+    if "share_vhat" not in explicit and b["solver"] != "amsgrad":
+        b["share_vhat"] = False
+    if "server_opt" not in explicit and "server_momentum" in explicit:
+        if b["server_opt"] == "sgd" and b["server_momentum"] > 0:
+            b["server_opt"] = "momentum"
+    if "server_momentum" not in explicit and b["server_opt"] == "momentum" and b["server_momentum"] == 0:
+        b["server_momentum"] = 0.9
+    if "server_momentum" not in explicit and b["server_opt"] != "momentum":
+        b["server_momentum"] = 0.0
+    if "aggregation" in explicit and "tau_eff" not in explicit and b["aggregation"] == "avg":
+        b["tau_eff"] = "a_norm"
+
+
+def _check(s: AlgoSpec, explicit: set[str]) -> None:
+    def blame(*keys: str) -> str:
+        """The first of ``keys`` the user set explicitly (else the first): the path to report."""
+        for k in keys:
+            if k in explicit:
+                return f"algorithm.{k}"
+        return f"algorithm.{keys[0]}"
+
     if s.adaptive and s.momentum > 0:
-        raise SpecError("algorithm.momentum", f"not used by the {s.solver} local solver (it has its own betas)")
+        raise SpecError(blame("momentum", "solver"), f"not used by the {s.solver} local solver (it has its own betas)")
     if s.share_vhat and s.solver != "amsgrad":
-        raise SpecError("algorithm.share_vhat", "needs solver amsgrad")
-    if s.correction in ("fedcm", "lada") and s.amend >= 1.0 and s.correction == "fedcm":
-        pass  # amend 1 is plain local SGD: allowed for ablations
+        raise SpecError(blame("share_vhat", "solver"), "needs solver amsgrad")
     if s.correction == "lada" and not s.adaptive:
-        raise SpecError("algorithm.correction", "lada amends an adaptive solver; use fedcm with sgd")
-    if s.correction == "none" and s.amend != 1.0:
-        raise SpecError("algorithm.amend", "needs correction fedcm or lada")
+        raise SpecError(blame("correction", "solver"), "lada amends an adaptive solver; use fedcm with sgd")
+    if s.uses_control_variates and s.adaptive:
+        raise SpecError(
+            blame("correction", "solver"),
+            f"{s.correction} control variates need a linear (sgd) local solver, not {s.solver}",
+        )
+    if s.uses_global_direction:
+        if not s.amend > 0:
+            raise SpecError("algorithm.amend", "must be > 0 (amend 0 ignores the client's own gradient)")
+    elif s.amend != 1.0:
+        raise SpecError("algorithm.amend", f"needs correction fedcm or lada (correction is {s.correction})")
     if s.correction == "nova_vr" and s.aggregation != "nova":
-        raise SpecError("algorithm.correction", "nova_vr needs aggregation nova")
+        raise SpecError(blame("aggregation", "correction"), "correction nova_vr needs aggregation nova")
+    if "tau_eff" in explicit and s.aggregation != "nova":
+        raise SpecError("algorithm.tau_eff", "needs aggregation nova")
     if s.server_opt != "momentum" and s.server_momentum > 0:
-        raise SpecError("algorithm.server_momentum", "needs server_opt momentum")
+        raise SpecError("algorithm.server_momentum", f"needs server_opt momentum (server_opt is {s.server_opt})")
     if s.server_opt == "momentum" and s.server_momentum == 0:
         raise SpecError("algorithm.server_momentum", "server_opt momentum needs server_momentum > 0")
-    if s.aggregation == "nova" and s.adaptive and s.correction != "none":
-        pass
-    for b in (s.betas, s.server_betas):
+    if s.server_opt not in ("adam", "yogi", "adagrad"):
+        for key in ("server_betas", "server_eps"):
+            if key in explicit:
+                raise SpecError(f"algorithm.{key}", f"needs server_opt adam, yogi or adagrad (server_opt is {s.server_opt})")
+    for key, b in (("betas", s.betas), ("server_betas", s.server_betas)):
         if not all(0 <= x < 1 for x in b):
-            raise SpecError("algorithm.betas", "must be in [0, 1)")
+            raise SpecError(f"algorithm.{key}", "must be in [0, 1)")
+    if s.asynchronous is not None:
+        if s.correction != "none":
+            raise SpecError(blame("correction", "amend"), f"not supported by asynchronous {s.asynchronous}")
+        if s.share_vhat:
+            raise SpecError("algorithm.share_vhat", f"not supported by asynchronous {s.asynchronous}")

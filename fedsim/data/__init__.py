@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from fedsim.data.dataset import Dataset, from_arrays
-from fedsim.data.digits import digits
+from fedsim.data.digits import digits, digits_arrays
 from fedsim.data.errors import DataCorrupted, DataNotFound
 from fedsim.data.partition import PARTITIONS, PartitionSpec, class_counts, partition
 from fedsim.data.synthetic import synthetic, synthetic_clients
@@ -48,8 +48,10 @@ def build_dataset(
     alpha: float = 1.0,
     beta: float = 1.0,
     dim: int = 60,
+    iid: bool = False,
     n_train: int | None = None,
     n_test: int | None = None,
+    test_fraction: float = 0.2,
 ) -> Dataset:
     """Build a federated dataset by name.
 
@@ -65,8 +67,11 @@ def build_dataset(
         alpha: Synthetic(alpha, beta) model spread.
         beta: Synthetic(alpha, beta) feature spread.
         dim: Synthetic feature dimension.
-        n_train: Optional seeded subsample of the training set (images; default stand-in 10000).
-        n_test: Optional seeded subsample of the test set (images; default stand-in 2000).
+        iid: Synthetic-IID instead of Synthetic(alpha, beta).
+        n_train: Optional seeded subsample of the training set (digits, images; stand-in default
+            10000). Synthetic ignores it.
+        n_test: Optional seeded subsample of the test set (stand-in default 2000).
+        test_fraction: Digits: share of every class held out for testing.
 
     Returns:
         The Dataset.
@@ -75,9 +80,13 @@ def build_dataset(
         DataNotFound: Real image files are missing and ``download`` is false or failed.
     """
     if name == "synthetic":
-        return synthetic(alpha, beta, clients=clients, dim=dim, seed=seed)
+        return synthetic(alpha, beta, clients=clients, dim=dim, seed=seed, iid=iid)
     if name == "digits":
-        return digits(clients, partition, seed)
+        x_tr, y_tr, x_te, y_te = digits_arrays(seed, test_fraction)
+        return from_arrays(
+            "digits", x_tr, y_tr, x_te, y_te, 10,
+            clients=clients, spec=partition, seed=seed, n_train=n_train, n_test=n_test,
+        )  # fmt: skip
     if name == "quadratic":
         raise ValueError("data.name: quadratic has no Dataset; the quadratic problem is built elsewhere")
     if name not in VISION:

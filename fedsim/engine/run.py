@@ -106,6 +106,17 @@ class Simulation:
         )
         return row, client_rows
 
+    def state_dict(self) -> dict:
+        """Global model and server state, as plain containers of tensors (for checkpoints)."""
+        from dataclasses import asdict
+
+        return {"params": self.params, "server": asdict(self.server)}
+
+    def load_state(self, state: dict) -> None:
+        dev = self.work.x_train.device
+        self.params = {k: v.to(dev) for k, v in state["params"].items()}
+        self.server = ServerState(**_to_device(state["server"], dev))
+
     def finite(self) -> bool:
         return all(bool(torch.isfinite(v).all()) for v in self.params.values())
 
@@ -180,6 +191,14 @@ def simulate(sc, writers, *, progress=None, start_round: int = 0, sim: Simulatio
         diverged=diverged,
         dist_to_opt=last.get("dist_to_opt"),
     )
+
+
+def _to_device(x, dev):
+    if isinstance(x, torch.Tensor):
+        return x.to(dev)
+    if isinstance(x, dict):
+        return {k: _to_device(v, dev) for k, v in x.items()}
+    return x
 
 
 def _num(v) -> float:

@@ -110,7 +110,7 @@ def train_cohort(
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas={k: torch.stack(v) for k, v in out_delta.items()} if n else {},
-        a_norm=a_norm(spec, steps, ratios) if n else torch.zeros(0, dtype=torch.float64),
+        a_norm=a_norm(spec, steps, ratios, lr=round_lr) if n else torch.zeros(0, dtype=torch.float64),
         steps=torch.tensor(steps, dtype=torch.float64),
         loss=losses,
         vhat={k: torch.stack(v) for k, v in out_vhat.items()} if (out_vhat and n) else None,

@@ -1,0 +1,325 @@
+"""The SimPy simulation behind :meth:`Clock.plans`.
+
+Processes (plain generator functions, SimPy ``machine_shop`` style):
+
+* one ``_availability`` process per client whose availability changes: it walks the client's
+  toggle times and, when the client goes offline, ``interrupt()``\\ s the client's running job;
+* one ``_work`` process per job: download, local steps, upload; an ``Interrupt`` is an outage and
+  the job's work is lost (``failed``, end = outage time);
+* the server: ``_sync_rounds`` (window / wait / deadline) or ``_settle`` callbacks (async).
+
+Ordering at one instant is explicit. Every event carries an absolute time (``_At``) so no
+``now + (t - now)`` rounding can reorder ties. State changes (availability toggles, job phases,
+interrupts) run at SimPy's priorities; the server's decisions (close a round and open the next,
+process async arrivals and fill free slots) run at priority ``LATE``, after every state change of
+that instant. Tie rules that follow:
+
+* a client whose outage starts at the round's open (or an async settle) is offline then; one whose
+  outage ends at that instant is online;
+* an outage exactly when a job resolves (upload done, or the deadline) does not fail it: a job
+  fails only for an outage at t with start < t < resolution;
+* async events of one instant are processed in increasing job key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+from simpy.core import NORMAL
+
+from fedsim.rng import stream
+
+from .draws import select
+from .plan import Job, RoundPlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .clock import Clock
+
+__all__ = ["ClockError", "Simulation", "LATE"]
+
+#: Priority of the server's decisions: after every state change at the same instant.
+LATE = NORMAL + 1
+INF = math.inf
+
+
+class ClockError(RuntimeError):
+    """The schedule cannot continue (e.g. no client ever comes online again)."""
+
+
+def _delay(now: float, t: float) -> float:
+    """A delay d with ``now + d == t`` exactly (SimPy schedules at ``now + delay``)."""
+    if t < now:
+        raise RuntimeError(f"cannot schedule at {t!r} before now {now!r}")
+    d = t - now
+    for _ in range(64):
+        s = now + d
+        if s == t:
+            return d
+        d = math.nextafter(d, INF if s < t else -INF)
+    return t - now  # pragma: no cover - rounding is monotone, the loop finds d in a step or two
+
+
+class _At(simpy.events.Event):
+    """An event processed at absolute simulated time ``t`` with ``priority``."""
+
+    def __init__(self, env: simpy.Environment, t: float, priority: int = NORMAL):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, priority, _delay(env.now, t))
+
+
+class _Run:
+    """One job in progress (mutable; becomes a :class:`Job` row when reported)."""
+
+    __slots__ = (
+        "client", "key", "round", "version", "start", "give_up", "t_download", "t_compute",
+        "t_upload", "tau", "weight", "count", "status", "end", "process",
+    )
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+        self.status = "running"
+        self.end = math.nan
+        self.process = None
+
+    @property
+    def resolve_by(self) -> float:
+        """When the job resolves unless an outage strikes first."""
+        return min(self.t_upload, self.give_up)
+
+
+class Simulation:
+    """One run of a :class:`Clock` from t = 0; ``next_plan()`` advances it to the next plan."""
+
+    def __init__(self, clock: "Clock", log: list | None = None):
+        self.clock = clock
+        self.cfg = clock.round_cfg
+        self.log = log
+        self.env = simpy.Environment()
+        self.m = clock.num_clients
+        self.online = [tl.initial for tl in clock.timelines]
+        self.busy: list[_Run | None] = [None] * self.m
+        self.queue: deque[RoundPlan] = deque()
+        self.ready = self.env.event()
+        self.came_online = self.env.event()
+        for c, tl in enumerate(clock.timelines):
+            if tl.changes:
+                self.env.process(self._availability(c, tl))
+        self.is_async = self.cfg.policy == "async"
+        if self.is_async:
+            self.version = 0  # server model version (number of updates applied)
+            self.seq = 0  # next job sequence number
+            self.in_flight: dict[int, _Run] = {}
+            self.resolved: list[_Run] = []  # resolved at this instant, not yet processed
+            self.pending: list[_Run] = []  # processed, waiting for the next plan
+            self.arrivals = 0  # completed jobs in ``pending``
+            self.last_update = 0.0
+            self.settle_scheduled = False
+            self.zero_work_streak = 0
+            self._request_settle()
+        else:
+            self.env.process(self._sync_rounds())
+
+    # ------------------------------------------------------------------ driving
+    def next_plan(self) -> RoundPlan:
+        while not self.queue:
+            if self.ready.processed:
+                self.ready = self.env.event()
+            try:
+                self.env.run(until=self.ready)
+            except RuntimeError as err:
+                if "No scheduled events left" not in str(err):
+                    raise
+                raise ClockError(
+                    f"the clock stops at t={self.env.now:g}: no client is online and none ever comes online again"
+                ) from None
+        return self.queue.popleft()
+
+    def _emit(self, plan: RoundPlan) -> None:
+        self.queue.append(plan)
+        if not self.ready.triggered:
+            self.ready.succeed()
+
+    def _note(self, t: float, what: str, client: int, key: int | None = None) -> None:
+        if self.log is not None:
+            self.log.append((t, what, client, key))
+
+    # ------------------------------------------------------------------ processes
+    def _availability(self, c: int, timeline):
+        """Flip client c's state at each toggle; an outage interrupts its running job."""
+        online = timeline.initial
+        for t in timeline.toggles():
+            yield _At(self.env, t)
+            online = not online
+            self.online[c] = online
+            self._note(t, "online" if online else "offline", c)
+            if online:
+                if not self.came_online.triggered:
+                    self.came_online.succeed()
+                if self.is_async:
+                    self._request_settle()
+            else:
+                run = self.busy[c]
+                if run is not None and run.start < t < run.resolve_by:
+                    run.process.interrupt(t)
+
+    def _work(self, run: _Run):
+        """Download, local steps, upload (each phase ends at a precomputed time); give up at the
+        deadline; an Interrupt is an outage and loses the work."""
+        self.busy[run.client] = run
+        try:
+            for phase, t in (("download", run.t_download), ("compute", run.t_compute), ("upload", run.t_upload)):
+                if t > run.give_up:
+                    yield _At(self.env, run.give_up)
+                    run.status, run.end = "dropped", run.give_up
+                    self._note(run.give_up, "dropped", run.client, run.key)
+                    break
+                yield _At(self.env, t)
+                self._note(t, phase, run.client, run.key)
+            else:
+                run.status, run.end = "completed", run.t_upload
+        except simpy.Interrupt as outage:
+            run.status, run.end = "failed", outage.cause
+            self._note(outage.cause, "failed", run.client, run.key)
+        self.busy[run.client] = None
+        if self.is_async:
+            self.resolved.append(run)
+            self._request_settle()
+
+    def _start(self, c: int, key: int, round_: int, version: int, start: float, window_close: float | None,
+               give_up: float, weight: float, count: int) -> _Run:
+        """Plan job (c, key) started at ``start`` and, if it has work, launch its process."""
+        clock = self.clock
+        L = clock.latency
+        slow = clock.slowdown(c, key)
+        rate = clock.rates[c]
+        cap = clock.work_cap(c, key)
+        t_d = start + L
+        if window_close is not None:  # window: the whole steps that fit before the last upload start
+            t_to = window_close - L
+            fit = rate.fit(t_d, t_to, slow)
+            tau = fit if cap is None else min(fit, cap)
+            t_c = min(rate.finish(t_d, tau, slow), t_to)
+            t_u = min(t_c + L, window_close)
+        else:
+            tau = cap
+            t_c = rate.finish(t_d, tau, slow)
+            t_u = t_c + L
+        run = _Run(client=c, key=key, round=round_, version=version, start=start, give_up=give_up,
+                   t_download=t_d, t_compute=t_c, t_upload=t_u, tau=tau, weight=weight, count=count)
+        self._note(start, "start", c, key)
+        if tau == 0:  # nothing to do: dropped at once, no download, cannot fail
+            run.status, run.end = "dropped", start
+            if self.is_async:
+                self.resolved.append(run)
+                self._request_settle()
+        else:
+            run.process = self.env.process(self._work(run))
+        return run
+
+    # ------------------------------------------------------------------ synchronous rounds
+    def _sync_rounds(self):
+        env, cfg, clock = self.env, self.cfg, self.clock
+        policy = cfg.policy
+        r, t_open = 0, 0.0
+        while True:
+            if policy == "window":
+                t_open, window_close = r * cfg.window, (r + 1) * cfg.window
+                give_up = window_close
+            else:
+                window_close = None
+                give_up = t_open + cfg.deadline if policy == "deadline" else INF
+            was_online = list(self.online)
+            online = np.flatnonzero(was_online)
+            chosen, counts, weights = select(online, cfg.clients_per_round, cfg.sampling, clock.p, clock.seed, r)
+            runs = [
+                self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k))
+                for c, k, w in zip(chosen, counts, weights)
+            ]
+            procs = [run.process for run in runs if run.process is not None]
+            if procs:
+                yield simpy.AllOf(env, procs)
+            if policy == "window":
+                close = window_close
+            elif runs:
+                close = max(run.end for run in runs)  # deadline: dropped runs end at the deadline
+            else:  # nobody online: wait for the first client to come online (deadline: at most D)
+                self.came_online = env.event()
+                if policy == "deadline":
+                    yield simpy.AnyOf(env, [self.came_online, _At(env, give_up, LATE)])
+                else:
+                    yield self.came_online
+                close = env.now
+            yield _At(env, close, LATE)
+            self._emit(self._sync_plan(r, t_open, close, runs, was_online))
+            r, t_open = r + 1, close
+
+    def _sync_plan(self, r: int, t_open: float, close: float, runs: list[_Run], was_online: list[bool]) -> RoundPlan:
+        rows = {}
+        for run in runs:
+            done = run.status == "completed"
+            rows[run.client] = Job(
+                r, run.client, run.status, run.tau if done else 0, run.start,
+                close if run.status == "dropped" else run.end, r, r, 0, run.weight, run.count,
+            )
+        for c in range(self.m):
+            if not was_online[c]:
+                rows[c] = Job(r, c, "offline", 0, t_open, t_open, r, r, 0, 0.0, 0)
+        return RoundPlan(r, t_open, close, tuple(rows[c] for c in sorted(rows)), r + 1)
+
+    # ------------------------------------------------------------------ asynchronous (FedBuff-style)
+    def _request_settle(self) -> None:
+        if not self.settle_scheduled:
+            self.settle_scheduled = True
+            _At(self.env, self.env.now, LATE).callbacks.append(self._settle)
+
+    def _settle(self, _event) -> None:
+        """End of an instant: process resolved jobs in key order (every ``buffer`` arrivals make a
+        server update), then fill free slots among online clients not in flight."""
+        self.settle_scheduled = False
+        cfg, clock, now = self.cfg, self.clock, self.env.now
+        batch, self.resolved = sorted(self.resolved, key=lambda run: run.key), []
+        for run in batch:
+            del self.in_flight[run.client]
+            self.pending.append(run)
+            if run.status == "completed":
+                self.arrivals += 1
+                if self.arrivals == cfg.buffer:
+                    self._async_update(now)
+        free = cfg.concurrency - len(self.in_flight)
+        if free <= 0:
+            return
+        candidates = np.array([c for c in range(self.m) if self.online[c] and c not in self.in_flight], dtype=np.int64)
+        if not len(candidates):
+            return
+        k = min(free, len(candidates))
+        pick = np.sort(candidates[stream(clock.seed, "select", self.seq).permutation(len(candidates))[:k]])
+        for c in pick:
+            c = int(c)
+            run = self._start(c, self.seq, -1, self.version, now, None, INF, float(clock.p[c]), 1)
+            self.in_flight[c] = run
+            self.seq += 1
+            if run.process is None:
+                self.zero_work_streak += 1
+                if self.zero_work_streak > 1000 * self.m:
+                    raise ClockError("policy async: no client gets any local steps (tau = 0 for every job)")
+            else:
+                self.zero_work_streak = 0
+
+    def _async_update(self, now: float) -> None:
+        u = self.version
+        jobs = tuple(
+            Job(u, run.client, run.status, run.tau if run.status == "completed" else 0, run.start, run.end,
+                run.key, run.version, u - run.version, run.weight, 1)
+            for run in self.pending
+        )
+        self.version += 1
+        live = [run.version for run in self.in_flight.values() if run.status in ("running", "completed")]
+        self._emit(RoundPlan(u, self.last_update, now, jobs, min(live + [self.version])))
+        self.pending, self.arrivals, self.last_update = [], 0, now

@@ -1,0 +1,275 @@
+"""Measured device traces: replay availability and time-varying speed per client.
+
+File format (CSV, ``system.trace``; a header line, then one interval per line)::
+
+    # lines starting with '#' and blank lines are ignored
+    client,start,end,online,speed
+    0,0,3600,1,2.5        # client 0 online in [0, 3600) s, 2.5 local steps per second
+    0,3600,5400,0,0       # offline in [3600, 5400) (speed is ignored while offline)
+
+* ``client``: integer 0 .. clients-1; every client needs at least one interval.
+* ``start``, ``end``: simulated seconds, 0 <= start < end, finite; one client's intervals must not
+  overlap (they may touch). Gaps between a client's intervals, and the time before its first
+  one, count as offline.
+* ``online``: 0 or 1. ``speed``: local steps per simulated second, >= 0, and > 0 when online.
+  Steps complete by integrating the speed over time (piecewise constant), divided by the job's
+  slowdown factor if ``system.slowdown`` is set.
+* A client's period P is its last ``end``. Beyond it, ``system.trace_repeat`` decides:
+  ``cycle`` (default) replays the client's trace from 0 (time t behaves like t mod P);
+  ``last`` keeps the last interval's state and speed forever.
+
+A trace replaces ``system.speed`` and ``system.availability``. A malformed file raises
+:class:`TraceError` whose message is one line naming the file, the line and the problem, e.g.
+``traces/x.csv line 7: intervals overlap for client 2 (with line 5)``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from fedsim.scenario import ScenarioError
+
+from .availability import cycle_times
+from .draws import whole_steps
+
+__all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS"]
+
+TRACE_COLUMNS = ("client", "start", "end", "online", "speed")
+
+
+class TraceError(ScenarioError):
+    """Malformed trace file; ``str(err)`` is one line: ``FILE line N: problem`` (a ValueError, and a
+    :class:`~fedsim.scenario.ScenarioError`, so the command line exits 2 on it)."""
+
+
+@dataclass(frozen=True, eq=False)
+class ClientTrace:
+    """One client's trace over one period [0, P): segments ``[bp[j], bp[j+1])`` with ``online[j]``
+    and ``speed[j]`` (gaps filled in as offline segments with speed 0)."""
+
+    bp: np.ndarray  # n + 1 breakpoints, bp[0] = 0, bp[n] = P
+    online: np.ndarray  # n bools
+    speed: np.ndarray  # n floats
+
+    @property
+    def period(self) -> float:
+        return float(self.bp[-1])
+
+    @property
+    def mean_speed(self) -> float:
+        """Time-weighted mean speed while online over one period (0 if never online)."""
+        dur = np.diff(self.bp) * self.online
+        return float((dur * self.speed).sum() / dur.sum()) if dur.sum() > 0 else 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    path: str
+    clients: tuple[ClientTrace, ...]
+
+
+def _fail(name: str, line: int | None, msg: str) -> TraceError:
+    return TraceError(f"{name} line {line}: {msg}" if line is not None else f"{name}: {msg}")
+
+
+def _number(name: str, line: int, col: str, text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise _fail(name, line, f"{col} is not a number: {text!r}") from None
+    if not math.isfinite(x):
+        raise _fail(name, line, f"{col} must be finite, got {text!r}")
+    return x
+
+
+def load_trace(path: str | Path, num_clients: int) -> Trace:
+    """Read and check a trace file for ``num_clients`` clients (see the module docstring)."""
+    name = str(path)
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise _fail(name, None, "no such trace file") from None
+    except IsADirectoryError:
+        raise _fail(name, None, "is a directory, not a trace file") from None
+    except UnicodeDecodeError:
+        raise _fail(name, None, "not a text file") from None
+    except OSError as err:
+        raise _fail(name, None, f"cannot read ({err.strerror})") from None
+
+    reader = csv.reader(io.StringIO(text))
+    index: dict[str, int] | None = None
+    rows: dict[int, list[tuple[float, float, bool, float, int]]] = {c: [] for c in range(num_clients)}
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as err:
+            raise _fail(name, reader.line_num, f"CSV syntax error: {err}") from None
+        line = reader.line_num
+        cells = [x.strip() for x in row]
+        if not any(cells) or cells[0].startswith("#"):
+            continue
+        if index is None:
+            index = _header(name, line, cells)
+            continue
+        if len(cells) != len(index):
+            raise _fail(name, line, f"expected {len(index)} values, got {len(cells)}")
+        get = {col: cells[i] for col, i in index.items()}
+        c_text = get["client"]
+        if not c_text.isdigit():
+            raise _fail(name, line, f"client must be a non-negative integer, got {c_text!r}")
+        c = int(c_text)
+        if c >= num_clients:
+            raise _fail(name, line, f"unknown client {c} (the scenario has {num_clients} clients: 0..{num_clients - 1})")
+        start = _number(name, line, "start", get["start"])
+        end = _number(name, line, "end", get["end"])
+        online_x = _number(name, line, "online", get["online"])
+        speed = _number(name, line, "speed", get["speed"])
+        if start < 0 or end < 0:
+            raise _fail(name, line, f"negative time (start {start:g}, end {end:g})")
+        if not start < end:
+            raise _fail(name, line, f"start {start:g} must be < end {end:g}")
+        if online_x not in (0.0, 1.0):
+            raise _fail(name, line, f"online must be 0 or 1, got {get['online']!r}")
+        if speed < 0:
+            raise _fail(name, line, f"speed must be >= 0, got {speed:g}")
+        if online_x == 1.0 and speed == 0:
+            raise _fail(name, line, "speed must be > 0 while online")
+        rows[c].append((start, end, online_x == 1.0, speed, line))
+    if index is None:
+        raise _fail(name, None, "empty trace (no header line)")
+
+    clients = []
+    missing = [c for c, r in rows.items() if not r]
+    for c in range(num_clients):
+        ivs = sorted(rows[c])
+        for prev, cur in zip(ivs, ivs[1:]):
+            if cur[0] < prev[1]:
+                lo, hi = sorted((prev[4], cur[4]))
+                raise _fail(name, hi, f"intervals overlap for client {c} (with line {lo})")
+        if ivs:
+            clients.append(_client_trace(ivs))
+    if missing:
+        listed = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        raise _fail(name, None, f"no intervals for client(s) {listed} (every client needs at least one)")
+    return Trace(name, tuple(clients))
+
+
+def _header(name: str, line: int, cells: list[str]) -> dict[str, int]:
+    index: dict[str, int] = {}
+    for i, col in enumerate(cells):
+        if col in index:
+            raise _fail(name, line, f"duplicate column {col!r}")
+        if col not in TRACE_COLUMNS:
+            raise _fail(name, line, f"unknown column {col!r} (expected {', '.join(TRACE_COLUMNS)})")
+        index[col] = i
+    missing = [c for c in TRACE_COLUMNS if c not in index]
+    if missing:
+        raise _fail(name, line, f"missing column(s) {', '.join(missing)} (expected {', '.join(TRACE_COLUMNS)})")
+    return index
+
+
+def _client_trace(ivs: list[tuple[float, float, bool, float, int]]) -> ClientTrace:
+    bp, online, speed = [0.0], [], []
+    for s, e, on, sp, _ in ivs:
+        if s > bp[-1]:  # gap: offline
+            bp.append(s)
+            online.append(False)
+            speed.append(0.0)
+        bp.append(e)
+        online.append(on)
+        speed.append(sp if on else 0.0)
+    return ClientTrace(np.array(bp), np.array(online, dtype=bool), np.array(speed))
+
+
+class TraceTimeline:
+    """Availability of one traced client (see ``availability.py`` for the timeline protocol)."""
+
+    def __init__(self, trace: ClientTrace, repeat: str):
+        on = trace.online
+        self.period = trace.period
+        self.initial = bool(on[0])
+        self.inner = [float(trace.bp[j]) for j in range(1, len(on)) if on[j] != on[j - 1]]
+        self.wrap = repeat == "cycle" and bool(on[-1] != on[0])
+        self.repeat = repeat
+        self.changes = bool(self.inner) or self.wrap
+
+    def toggles(self) -> Iterator[float]:
+        if self.repeat == "last":
+            return iter(self.inner)
+        return cycle_times(self.period, self.inner, self.wrap)
+
+
+class TraceRate:
+    """Piecewise-constant speed of one traced client: steps accrue at ``speed`` while online,
+    0 while offline. Work done by time t is W(t); ``fit`` and ``finish`` integrate it."""
+
+    def __init__(self, trace: ClientTrace, repeat: str):
+        self.bp = trace.bp
+        self.rate = np.where(trace.online, trace.speed, 0.0)
+        self.cum = np.concatenate([[0.0], np.cumsum(self.rate * np.diff(self.bp))])
+        self.period = trace.period
+        self.work_period = float(self.cum[-1])
+        self.cycle = repeat == "cycle"
+        self.last_rate = float(self.rate[-1])
+        self.n = len(self.rate)
+
+    def _locate(self, t: float) -> tuple[int, int, float]:
+        """(k, j, x): t = k * P + x with x in segment j of the period."""
+        P = self.period
+        k = math.floor(t / P)
+        x = t - k * P
+        if x >= P:
+            k, x = k + 1, x - P
+        elif x < 0:
+            k, x = k - 1, x + P
+        j = min(max(int(np.searchsorted(self.bp, x, side="right")) - 1, 0), self.n - 1)
+        return k, j, x
+
+    def work(self, t: float) -> float:
+        """Steps' worth of work (at slowdown 1) accrued from 0 to t."""
+        if not self.cycle and t >= self.period:
+            return self.work_period + self.last_rate * (t - self.period)
+        k, j, x = self._locate(t)
+        return k * self.work_period + float(self.cum[j]) + float(self.rate[j]) * (x - float(self.bp[j]))
+
+    def fit(self, t0: float, t1: float, slow: float) -> int:
+        return whole_steps((self.work(t1) - self.work(t0)) / slow)
+
+    def finish(self, t0: float, steps: int, slow: float) -> float:
+        w = steps * slow
+        if w <= 0:
+            return t0
+        P, n = self.period, self.n
+        if not self.cycle and t0 >= P:
+            return t0 + w / self.last_rate if self.last_rate > 0 else math.inf
+        k, j, _ = self._locate(t0)
+        t = t0
+        while True:
+            seg_end = k * P + float(self.bp[j + 1])
+            r = float(self.rate[j])
+            if r > 0:
+                cap = r * (seg_end - t)
+                if cap >= w:
+                    return t + w / r
+                w -= cap
+            t, j = seg_end, j + 1
+            if j == n:  # end of a period
+                if not self.cycle:
+                    return t + w / self.last_rate if self.last_rate > 0 else math.inf
+                if self.work_period <= 0:
+                    return math.inf
+                k, j = k + 1, 0
+                skip = math.floor(w / self.work_period) - 1  # whole periods, keeping one to walk
+                if skip > 0:
+                    k += skip
+                    w -= skip * self.work_period
+                t = k * P

@@ -1,0 +1,66 @@
+"""Shared drivers for the algorithm tests: quadratic workloads and one synchronous round.
+
+``run_round`` does what ``engine.run.Simulation.step`` does for a full-participation round
+(train the cohort with ``engine.train.train_cohort``, then ``algorithms.server.server_apply``),
+without the clock, so tests choose tau_i and the weights directly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedsim.algorithms.presets import PRESETS
+from fedsim.algorithms.server import RoundUpdate, client_correction, server_apply, server_init
+from fedsim.algorithms.spec import resolve
+from fedsim.engine.train import Task, train_cohort
+from fedsim.engine.workload import build_workload
+from fedsim.scenario import AlgorithmConfig, parse_scenario
+
+#: Every registered synchronous algorithm (fedbuff / fedasync need the async policy).
+SYNC = tuple(n for n, p in PRESETS.items() if p["asynchronous"] is None)
+ADAPTIVE_LOCAL = ("localadam", "fedlada")
+
+
+def quadratic_work(centers, weights=None, dtype=torch.float64):
+    """F_i(x) = 1/2 ||x - e_i||^2 with exact gradients; x starts at 0."""
+    data = {"name": "quadratic", "centers": [list(map(float, c)) for c in centers]}
+    if weights is not None:
+        data["weights"] = list(map(float, weights))
+    sc = parse_scenario({"data": data, "round": {"policy": "wait", "local_steps": 1}})
+    return build_workload(sc, torch.device("cpu"), dtype)
+
+
+def spec_for(name, **over):
+    return resolve(AlgorithmConfig(name=name, batch_size=1, **over))
+
+
+def start(spec, work):
+    params = {k: v.clone() for k, v in work.init_params.items()}
+    return params, server_init(spec, params)
+
+
+def run_round(spec, work, params, state, steps, lr, *, chunk=None, weights=None, key=0):
+    """One round; ``steps[i]`` = tau_i of client i (clients with 0 steps do not report)."""
+    tasks = [Task(i, int(s), key) for i, s in enumerate(steps) if s > 0]
+    res = train_cohort(
+        work, spec, params, tasks, round_lr=lr, seed=0, chunk=chunk or max(len(tasks), 1),
+        correction=lambda i: client_correction(spec, state, i, params),
+        direction=state.direction, vhat0=state.vhat,
+    )
+    p = work.weights if weights is None else weights
+    w = torch.tensor([float(p[t.client]) for t in tasks], dtype=torch.float64)
+    upd = RoundUpdate(
+        clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps, lr=lr,
+        num_clients=work.num_clients, client_p={i: float(q) for i, q in enumerate(work.weights)}, vhat=res.vhat,
+    )
+    new_params, new_state = server_apply(spec, params, state, upd)
+    return new_params, new_state, res
+
+
+def run(spec, work, rounds, steps, lr, **kw):
+    """``rounds`` rounds; ``steps`` is a list (every round) or a function of the round."""
+    params, state = start(spec, work)
+    for r in range(rounds):
+        s = steps(r) if callable(steps) else steps
+        params, state, _ = run_round(spec, work, params, state, s, lr, key=r, **kw)
+    return params, state
