@@ -352,9 +352,10 @@ def run_compare(
     for r in runs:
         if not force and is_complete(r.folder, r.scenario):
             skipped.append(r.label)
-            log(f"{r.label}: done already, skipped")
         else:
             todo.append(r)
+    if skipped:
+        log(f"{len(skipped)} of {len(runs)} runs already complete in {out}, not run again")
     ran, failed = [], []
     threads = None
     if jobs > 1 and len(todo) > 1:
@@ -550,7 +551,7 @@ def summarize(path: str | Path, target: float | None = None, *, write: bool = Tr
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False, float_format="%.6g")
+    df.to_csv(tmp, index=False)
     os.replace(tmp, path)
 
 
@@ -565,8 +566,18 @@ def format_summary(summary: pd.DataFrame, keys: Sequence[str] | None = None) -> 
     if summary.empty:
         return "(no finished runs)"
     keys = list(keys) if keys is not None else [c for c in summary.columns if c not in ("cell", "target", "seeds", "reached") and not c.endswith(("_mean", "_std"))]
-    has_tgt = "target" in summary and summary["target"].notna().any()
-    head = [*keys, "seeds", "final_acc", "best_acc", "final_loss", "sim_time", "rounds"]
+    def present(m):
+        return f"{m}_mean" in summary and summary[f"{m}_mean"].notna().any()
+
+    has_tgt = "target" in summary and summary["target"].notna().any() and present("final_acc")
+
+    shown = [(m, p) for m, p in (("final_acc", 3), ("best_acc", 3), ("final_loss", 3)) if present(m)]
+    if not present("final_loss") and present("final_train_loss"):
+        shown.append(("final_train_loss", 4))
+    if present("dist_to_opt"):
+        shown.append(("dist_to_opt", 4))
+    shown += [("sim_time", 1), ("rounds", 0)]
+    head = [*keys, "seeds", *(m for m, _ in shown)]
     if has_tgt:
         head += [f"t_to_{summary['target'].iloc[0]:g}", "reached"]
     lines = [head]
@@ -576,14 +587,13 @@ def format_summary(summary: pd.DataFrame, keys: Sequence[str] | None = None) -> 
         if mu is None or (isinstance(mu, float) and math.isnan(mu)):
             return "-"
         s = f"{mu:.{prec}f}"
-        if sd is not None and not (isinstance(sd, float) and math.isnan(sd)):
+        if sd is not None and not (isinstance(sd, float) and math.isnan(sd)) and sd > 0:
             s += f"±{sd:.{prec}f}"
         return s
 
     for _, row in summary.iterrows():
         line = [str(row[k]) for k in keys] + [str(row["seeds"])]
-        line += [pm(row, "final_acc", 3), pm(row, "best_acc", 3), pm(row, "final_loss", 3),
-                 pm(row, "sim_time", 1), pm(row, "rounds", 0)]
+        line += [pm(row, m, prec) for m, prec in shown]
         if has_tgt:
             line += [pm(row, "time_to_target", 1), f"{row['reached']}/{row['seeds']}"]
         lines.append(line)

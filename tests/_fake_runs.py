@@ -38,7 +38,7 @@ def write_run(folder: Path, *, seed: int = 0, algorithm: str = "fedavg", policy:
             if r == 3 and c == 1:
                 crow.append([r, c, "failed", 0, 0.0, t0, t0 + 4.0, r, 0, 0.0])
                 continue
-            tau = int((window - 2 * latency) * s)
+            tau = int((window - 2 * latency) * s) - (3 if c == 1 else 0)  # client 1 idles at the end
             taus.append(tau)
             end = t0 + 2 * latency + tau / s
             crow.append([r, c, "completed", tau, float(tau), t0, end, r, 0, 0.25])

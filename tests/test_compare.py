@@ -132,7 +132,7 @@ def test_plan_compare_invalid_policy_names_the_cell(tmp_path):
     base = {**QUAD, "round": {"policy": "window", "window": 2.0}}  # no local_steps for wait
     with pytest.raises(ScenarioError, match=r"cell fedavg-wait: round.local_steps"):
         cmp.plan_compare(base, out=tmp_path, policies=["window", "wait"])
-    with pytest.raises(ScenarioError, match="use --seeds"):
+    with pytest.raises(ScenarioError, match="--seeds for this key"):
         cmp.plan_compare(QUAD, out=tmp_path, grid={"seed": [1, 2]})
 
 

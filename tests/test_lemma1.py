@@ -61,8 +61,9 @@ def test_fedavg_is_inconsistent_and_fednova_approaches_optimum(tmp_path):
             dist[algo, lr] = float(np.linalg.norm(x - optimum))
             rows = load_run(out).rounds
             assert rows["dist_to_opt"].iloc[-1] == pytest.approx(dist[algo, lr], rel=1e-9)
-    # FedAvg stays far from the optimum (it minimizes sum p_i tau_i F_i instead) ...
+    # FedAvg stays far from the optimum as lr -> 0 (it minimizes sum p_i tau_i F_i instead) ...
     assert dist["fedavg", 0.005] > 1.0
-    # ... FedNova's error shrinks roughly linearly with lr.
+    assert dist["fedavg", 0.005] > 0.8 * dist["fedavg", 0.05]
+    # ... while FedNova's error shrinks roughly linearly with lr.
     assert dist["fednova", 0.005] < dist["fednova", 0.05] / 5
-    assert dist["fednova", 0.005] < 0.01 * dist["fedavg", 0.005]
+    assert dist["fednova", 0.005] < 0.1 * dist["fedavg", 0.005]

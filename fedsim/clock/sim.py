@@ -129,7 +129,7 @@ class Simulation:
     # ------------------------------------------------------------------ driving
     def next_plan(self) -> RoundPlan:
         while not self.queue:
-            if self.ready.processed:
+            if self.ready.triggered:
                 self.ready = self.env.event()
             try:
                 self.env.run(until=self.ready)

@@ -132,13 +132,19 @@ class Simulation:
         return row
 
 
+def default_threads(work: Workload) -> int:
+    """Documented rule: one CPU thread for small models (intra-op threading only adds overhead
+    on their tiny tensors, measured in benchmarks/), torch's default for conv nets."""
+    conv = work.module is not None and any(isinstance(m, torch.nn.Conv2d) for m in work.module.modules())
+    return torch.get_num_threads() if conv else 1
+
+
 def build_simulation(sc) -> tuple[Simulation, Clock]:
     """Workload, algorithm, server state and clock for scenario ``sc``."""
     device = resolve_device(sc.engine.device)
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
-    if sc.engine.threads:
-        torch.set_num_threads(sc.engine.threads)
     work = build_workload(sc, device, dtype)
+    torch.set_num_threads(sc.engine.threads or default_threads(work))
     spec = resolve(sc.algorithm)
     chunk = auto_chunk(work, device) if sc.engine.clients_per_batch == "auto" else sc.engine.clients_per_batch
     sim = Simulation(sc, work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk)

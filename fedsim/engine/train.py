@@ -92,7 +92,7 @@ def train_cohort(
     out_delta: dict[str, list] = {k: [None] * n for k in params}
     out_vhat: dict[str, list] | None = {k: [None] * n for k in params} if spec.solver == "amsgrad" else None
     losses = torch.zeros(n, dtype=torch.float64)
-    grad_fn = vmap(grad_and_value(work.loss), randomness="different")
+    grad_fn = work.batched_grad or vmap(grad_and_value(work.loss), randomness="different")
     for start in range(0, n, chunk):
         idx = order[start : start + chunk]
         chunk_tasks = [tasks[j] for j in idx]

@@ -43,6 +43,8 @@ class Workload:
     class_counts: np.ndarray | None = None  # (clients, classes) for partition.csv
     augment: bool = False
     is_quadratic: bool = False
+    # Optional closed-form batched gradient: (stacked params, xb (C,B,..), yb) -> (grads, loss (C,)).
+    batched_grad: Callable | None = None
 
     @property
     def num_clients(self) -> int:
@@ -81,8 +83,14 @@ def _quadratic(sc, device, dtype) -> Workload:
     def loss(params: Tensors, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return 0.5 * ((params["x"] - xb) ** 2).sum(-1).mean()
 
+    def batched_grad(params: Tensors, xb: torch.Tensor, yb: torch.Tensor):
+        # exact gradient of 1/2 mean_b ||x - e_b||^2 for every client at once
+        diff = params["x"].unsqueeze(1) - xb
+        return {"x": diff.mean(1)}, 0.5 * (diff**2).sum(-1).mean(1)
+
     return Workload(
         name="quadratic",
+        batched_grad=batched_grad,
         x_train=x,
         y_train=torch.zeros(m, dtype=torch.long, device=device),
         x_test=None,
