@@ -6,6 +6,13 @@ from (seed, "system", client, round) only, so all cells of one seed see the *sam
 differences between cells are the algorithm's and the policy's alone. Nothing else is changed, in
 particular no system key unless a ``--grid`` names it.
 
+Policies that need different settings (``wait`` prescribes ``round.local_steps``, which under
+``window`` would also cap tau_i) are best given as the base scenario's ``variants``: each variant
+is one more axis value, e.g. ``wait: {round.policy: wait, round.local_steps: 20}``. ``--policies``
+only sets ``round.policy``, so the base scenario must then carry every policy's keys
+(``round.window``, ``round.deadline``, ``round.local_steps``). Combinations of an asynchronous
+algorithm with a synchronous policy (or the reverse) are skipped with a note.
+
 Folder layout (``--out DIR``)::
 
     DIR/compare.yaml              what was asked: base scenario, axes, seeds, target, one entry per run
@@ -144,40 +151,65 @@ def _is_async(algorithm: str) -> bool | None:
     return None if p is None else p["asynchronous"] is not None
 
 
+def _get(raw: dict, key: str, default: Any = None) -> Any:
+    node: Any = raw
+    for p in key.split("."):
+        if not isinstance(node, dict) or p not in node:
+            return default
+        node = node[p]
+    return node
+
+
 def _cells(
     base: dict,
     algorithms: Sequence[str] | None,
     policies: Sequence[str] | None,
     grid: dict[str, list],
     variants: dict | None,
-) -> tuple[list[Cell], list[str], list[str]]:
-    """The grid's cells, its key columns and notes on skipped combinations."""
-    algos = list(algorithms) if algorithms else [base.get("algorithm", {}).get("name", "fedavg")]
-    pols = list(policies) if policies else [base.get("round", {}).get("policy", "window")]
-    vnames = list(variants) if variants else [None]
+) -> tuple[list[tuple[Cell, dict]], list[str], list[str]]:
+    """The grid's cells (each with its overridden raw scenario), its key columns and notes.
+
+    Axes, outermost first: variants of the base scenario (when it has ``variants``), algorithms,
+    policies, then the ``--grid`` keys. A cell is named ``<algorithm>-<variant or policy>``
+    (both when ``--policies`` is given with variants) followed by ``key=value`` for grid keys.
+    """
     for k in grid:
-        if k in ("algorithm.name", "round.policy", "seed"):
+        if k in ("algorithm.name", "round.policy", "seed", "name"):
             raise ScenarioError(f"--grid {k}: use --algorithms / --policies / --seeds for this key")
+    algos = list(algorithms) if algorithms else [None]
+    pols = list(policies) if policies else [None]
+    vnames = list(variants) if variants else [None]
     keys = (["variant"] if variants else []) + ["algorithm", "policy"] + list(grid)
+    crossed = len(algos) * len(pols) * len(vnames) > 1
     cells, notes, seen = [], [], set()
     for vname, algo, pol, *vals in product(vnames, algos, pols, *grid.values()):
-        asyn = _is_async(algo)
-        if asyn is not None and asyn != (pol == "async") and (len(algos) > 1 or len(pols) > 1):
-            notes.append(f"skipped {algo} x {pol}: {algo} runs only with{'' if asyn else 'out'} round.policy async")
-            continue
+        sub = _deepcopy(base)
         over: dict[str, Any] = {}
         if vname is not None:
-            over.update(variants[vname])
-        over["algorithm.name"] = algo
-        over["round.policy"] = pol
+            if not isinstance(variants[vname], dict):
+                raise ScenarioError(f"variants.{vname}: must map dotted keys to values")
+            over.update({str(k): v for k, v in variants[vname].items()})
+        if algo is not None:
+            over["algorithm.name"] = algo
+        if pol is not None:
+            over["round.policy"] = pol
         over.update(dict(zip(grid, vals)))
-        cell_keys = ({"variant": vname} if variants else {}) | {"algorithm": algo, "policy": pol} | dict(zip(grid, vals))
-        parts = ([vname] if vname else []) + [algo, pol] + [f"{k}={_fmt_value(v)}" for k, v in zip(grid, vals)]
+        for k, v in over.items():
+            _set(sub, k, _deepcopy(v))
+        a = str(_get(sub, "algorithm.name", "fedavg"))
+        p = str(_get(sub, "round.policy", "window"))
+        asyn = _is_async(a)
+        if crossed and asyn is not None and asyn != (p == "async"):
+            notes.append(f"skipped {a} x {p}: {a} runs only with{'' if asyn else 'out'} round.policy async")
+            continue
+        cell_keys = ({"variant": vname} if variants else {}) | {"algorithm": a, "policy": p} | dict(zip(grid, vals))
+        parts = [a] + ([vname] if vname is not None else []) + ([p] if vname is None or pol is not None else [])
+        parts += [f"{k}={_fmt_value(v)}" for k, v in zip(grid, vals)]
         name = _safe("-".join(parts))
         while name in seen:
             name += "+"
         seen.add(name)
-        cells.append(Cell(name, cell_keys, over))
+        cells.append((Cell(name, cell_keys, over), sub))
     return cells, keys, notes
 
 
@@ -190,35 +222,37 @@ def plan_compare(
     seeds: Sequence[int] | None = None,
     grid: dict[str, list] | None = None,
     overrides: Sequence[str] = (),
+    variants: Sequence[str] | None = None,
     base_dir: Path | None = None,
 ) -> tuple[list[CompareRun], list[str], list[str]]:
     """Validate every (cell, seed) up front; returns (runs, key columns, notes).
 
     A cell that makes an invalid scenario raises :class:`ScenarioError` naming the cell, before
-    anything runs (e.g. policy ``window`` on a base scenario without ``round.window``: a base
-    scenario meant for several policies carries every policy's keys).
+    anything runs (e.g. policy ``wait`` on a base scenario without ``round.local_steps``).
+    ``variants`` picks some of the base scenario's variants (default: all of them).
     """
     raw = apply_overrides(base_raw, list(overrides))
-    variants = raw.pop("variants", None)
-    if variants is not None and not isinstance(variants, dict):
+    all_variants = raw.pop("variants", None)
+    if all_variants is not None and not isinstance(all_variants, dict):
         raise ScenarioError("variants: must map names to dotted overrides")
+    if variants:
+        unknown = [v for v in variants if v not in (all_variants or {})]
+        if unknown:
+            known = ", ".join(all_variants or {}) or "none"
+            raise ScenarioError(f"--variants {','.join(unknown)}: not in the scenario (it has: {known})")
+        all_variants = {v: all_variants[v] for v in variants}
     base_name = str(raw.get("name", "run"))
     seeds = list(seeds) if seeds else [int(raw.get("seed", 0))]
     if len(set(seeds)) != len(seeds):
         raise ScenarioError("--seeds: repeated seed")
-    cells, keys, notes = _cells(raw, algorithms, policies, dict(grid or {}), variants)
+    cells, keys, notes = _cells(raw, algorithms, policies, dict(grid or {}), all_variants)
     if not cells:
         raise ScenarioError("compare: no valid (algorithm, policy) combination in the grid")
     runs = []
     out = Path(out)
-    for cell in cells:
+    for cell, sub0 in cells:
         for seed in seeds:
-            sub = _deepcopy(raw)
-            try:
-                for k, v in cell.overrides.items():
-                    _set(sub, k, _deepcopy(v))
-            except ScenarioError as err:
-                raise ScenarioError(f"cell {cell.name}: {err}") from None
+            sub = _deepcopy(sub0)
             sub["seed"] = int(seed)
             sub["name"] = f"{base_name}/{cell.name}/seed{seed}"
             try:
@@ -311,6 +345,7 @@ def run_compare(
     seeds: Sequence[int] | None = None,
     grid: dict[str, list] | Sequence[str] | None = None,
     overrides: Sequence[str] = (),
+    variants: Sequence[str] | None = None,
     target: float | None = None,
     jobs: int = 1,
     force: bool = False,
@@ -324,6 +359,7 @@ def run_compare(
         algorithms, policies, seeds: axes (default: the base scenario's value, one entry).
         grid: ``{dotted.key: [values]}`` or ``["key=v1,v2", ...]``, crossed with the other axes.
         overrides: ``key=value`` applied to the base scenario before the grid (like ``--set``).
+        variants: names of the base scenario's ``variants`` to use (default all; each is an axis value).
         target: test accuracy for time-to-target (None: that column stays empty).
         jobs: parallel processes (1 runs in this process).
         force: rerun cells even when complete.
@@ -340,13 +376,13 @@ def run_compare(
     out = Path(out) if out is not None else Path("runs") / f"{base_raw.get('name', 'run')}-compare"
     runs, keys, notes = plan_compare(
         base_raw, out=out, algorithms=algorithms, policies=policies, seeds=seeds, grid=grid,
-        overrides=overrides, base_dir=base_dir,
+        overrides=overrides, variants=variants, base_dir=base_dir,
     )
     log = log or (lambda line: None)
     for n in notes:
         log(n)
     out.mkdir(parents=True, exist_ok=True)
-    _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides)
+    _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides, variants)
 
     todo, skipped = [], []
     for r in runs:
@@ -399,7 +435,7 @@ def run_compare(
     return CompareResult(out, runs_df, summary_df, ran, skipped, failed, notes)
 
 
-def _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides) -> None:
+def _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides, variants) -> None:
     manifest = {
         "scenario": src,
         "target": None if target is None else float(target),
@@ -407,6 +443,7 @@ def _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, g
         "axes": {
             "algorithms": list(algorithms) if algorithms else None,
             "policies": list(policies) if policies else None,
+            "variants": list(variants) if variants else None,
             "seeds": sorted({r.seed for r in runs}),
             "grid": {k: list(v) for k, v in (grid or {}).items()},
             "set": list(overrides),
@@ -642,6 +679,8 @@ def add_compare_parser(sub) -> None:
     c.add_argument("scenario")
     c.add_argument("--algorithms", default=None, metavar="A,B", help="algorithm.name values (default: the scenario's)")
     c.add_argument("--policies", default=None, metavar="P,Q", help="round.policy values (default: the scenario's)")
+    c.add_argument("--variants", default=None, metavar="V,W",
+                   help="use only these of the scenario's variants (default: all, as one more axis)")
     c.add_argument("--seeds", default=None, metavar="0,1,2", help="scenario seeds (default: the scenario's seed)")
     c.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="more axes (repeatable)")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -663,6 +702,7 @@ def cmd_compare(args) -> int:
         seeds=_seeds(args.seeds),
         grid=parse_grid(args.grid),
         overrides=args.overrides,
+        variants=_list(args.variants),
         target=args.target,
         jobs=args.jobs,
         force=args.force,

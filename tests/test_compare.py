@@ -136,6 +136,23 @@ def test_plan_compare_invalid_policy_names_the_cell(tmp_path):
         cmp.plan_compare(QUAD, out=tmp_path, grid={"seed": [1, 2]})
 
 
+def test_plan_compare_variants_are_an_axis(tmp_path):
+    base = {**QUAD, "round": {"policy": "window", "window": 2.0},
+            "variants": {"window": {"round.policy": "window"},
+                         "wait": {"round.policy": "wait", "round.local_steps": 3}}}
+    runs, keys, _ = cmp.plan_compare(base, out=tmp_path, algorithms=["fedavg", "fednova"], seeds=[0, 1])
+    assert keys == ["variant", "algorithm", "policy"]
+    assert sorted({r.cell.name for r in runs}) == ["fedavg-wait", "fedavg-window", "fednova-wait", "fednova-window"]
+    for r in runs:
+        assert r.scenario.round.policy == r.cell.keys["policy"] == r.cell.keys["variant"]
+        assert r.scenario.round.local_steps == (3 if r.cell.keys["variant"] == "wait" else None)
+        assert r.scenario.variants is None
+    runs, _, _ = cmp.plan_compare(base, out=tmp_path, variants=["wait"])
+    assert [r.cell.name for r in runs] == ["fedavg-wait"]
+    with pytest.raises(ScenarioError, match="--variants nope: not in the scenario"):
+        cmp.plan_compare(base, out=tmp_path, variants=["nope"])
+
+
 def test_plan_compare_skips_async_mismatches(tmp_path):
     base = {**QUAD, "round": {**QUAD["round"], "concurrency": 2}}
     runs, _, notes = cmp.plan_compare(base, out=tmp_path, algorithms=["fedavg", "fedbuff"],

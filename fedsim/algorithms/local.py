@@ -167,7 +167,8 @@ def a_norm(
         return steps_t.clone()
     if spec.mu > 0 and lr is None:
         raise ValueError("a_norm: lr is needed when mu > 0 (the prox factor is 1 - lr * mu)")
-    eta = 1.0 if lr is None else float(lr)
+    # Without prox the rule is linear in lr: run at lr 1 so ||a_i||_1 is exact (no rounding).
+    eta = 1.0 if (lr is None or spec.mu == 0) else float(lr)
     n = steps_t.shape[0]
     x = {"x": torch.zeros(n, dtype=torch.float64)}
     x0 = {"x": torch.zeros(n, dtype=torch.float64)}

@@ -108,10 +108,10 @@ class Simulation:
         self.queue: deque[RoundPlan] = deque()
         self.ready = self.env.event()
         self.came_online = self.env.event()
+        self.is_async = self.cfg.policy == "async"
         for c, tl in enumerate(clock.timelines):
             if tl.changes:
                 self.env.process(self._availability(c, tl))
-        self.is_async = self.cfg.policy == "async"
         if self.is_async:
             self.version = 0  # server model version (number of updates applied)
             self.seq = 0  # next job sequence number

@@ -93,7 +93,7 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
     """Read and check a trace file for ``num_clients`` clients (see the module docstring)."""
     name = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
     except FileNotFoundError:
         raise _fail(name, None, "no such trace file") from None
     except IsADirectoryError:
@@ -128,7 +128,8 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
             raise _fail(name, line, f"client must be a non-negative integer, got {c_text!r}")
         c = int(c_text)
         if c >= num_clients:
-            raise _fail(name, line, f"unknown client {c} (the scenario has {num_clients} clients: 0..{num_clients - 1})")
+            known = f"the scenario has {num_clients} clients: 0..{num_clients - 1}"
+            raise _fail(name, line, f"unknown client {c} ({known})")
         start = _number(name, line, "start", get["start"])
         end = _number(name, line, "end", get["end"])
         online_x = _number(name, line, "online", get["online"])

@@ -19,7 +19,7 @@ def add_plot_parser(sub) -> None:
     p.add_argument("--out", default=None, help="figure folder (default DIR/figures of the first DIR)")
     p.add_argument("--target", type=float, default=None, help="test accuracy for the time-to-target bars "
                    "(default: the one recorded by fedsim compare)")
-    p.add_argument("--rounds", type=int, default=3, dest="first_rounds", help="rounds in the client timeline")
+    p.add_argument("--rounds", type=int, default=3, dest="first_rounds", metavar="N", help="rounds in the client timeline (default 3)")
     p.add_argument("--dpi", type=int, default=100)
 
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
 import matplotlib
 
-if os.environ.get("MPLBACKEND") is None:
+# Headless by default (scripts, CLI, tests); leave notebooks (inline backend) and explicit choices alone.
+if "matplotlib.pyplot" not in sys.modules and "ipykernel" not in sys.modules and not os.environ.get("MPLBACKEND"):
     matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
@@ -106,6 +108,16 @@ def _groups(df: pd.DataFrame, by: str):
     return [None]
 
 
+def _linestyles(df: pd.DataFrame, by: str) -> dict:
+    """One line style per algorithm (so identical curves of two algorithms stay visible)."""
+    if by not in df.columns or "algorithm" not in df.columns:
+        return {}
+    algos = list(dict.fromkeys(df["algorithm"].tolist()))
+    ls = ["-", "--", ":", "-."]
+    first = df.drop_duplicates(by).set_index(by)["algorithm"]
+    return {k: ls[algos.index(a) % len(ls)] for k, a in first.items()}
+
+
 def _seed_curves(g: pd.DataFrame, x: str, y: str) -> list[tuple[np.ndarray, np.ndarray]]:
     out = []
     seeds = g.groupby("seed", sort=False, dropna=False) if "seed" in g.columns else [(None, g)]
@@ -162,6 +174,7 @@ def plot_curves(
     fig, ax = _new(ax, figsize)
     groups = _groups(df, by)
     cols = colors or dict(zip(groups, _colors(len(groups))))
+    styles = _linestyles(df, by)
     drawn = 0
     for key in groups:
         g = df if key is None else df[df[by] == key]
@@ -173,7 +186,8 @@ def plot_curves(
         if len(curves) > 1:
             label += f" (n={len(curves)})"
         c = cols.get(key)
-        ax.plot(grid, mean, color=c, label=label, lw=1.6, marker="o" if grid.size <= 12 else None, ms=3)
+        ax.plot(grid, mean, color=c, label=label, lw=1.6, ls=styles.get(key, "-"),
+                marker="o" if grid.size <= 12 else None, ms=3)
         band = ~np.isnan(std)
         if band.any():
             ax.fill_between(grid, mean - np.where(band, std, 0), mean + np.where(band, std, 0),
@@ -264,10 +278,7 @@ def plot_time_to_target(
     what = "test accuracy" if metric == "test_acc" else metric
     ax.set_xlabel(f"simulated time to reach {what} {target:g} (s)" if target is not None else "simulated time to target (s)")
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(title or "Time to target (bar: mean over seeds that reached it; dots: seeds)")
-    ax.legend(handles=[Patch(color="0.6", label="mean ± 1 std"),
-                       plt.Line2D([], [], color="k", marker=".", ls="", label="single seed")],
-              loc="lower right", fontsize="small")
+    ax.set_title(title or "Time to target (bar: mean ± 1 std over seeds that reached it; dots: seeds)")
     return fig
 
 
@@ -364,11 +375,12 @@ def plot_client_timeline(
     Round boundaries (from ``rounds.csv``) are dotted lines. Stragglers are the long green bars.
     """
     fig, ax = _new(ax, figsize)
-    c = clients[clients["round"] < (sorted(clients["round"].unique())[:first_rounds] or [0])[-1] + 1] if len(clients) else clients
+    shown = sorted(clients["round"].unique())[:first_rounds] if len(clients) else []
+    c = clients[clients["round"].isin(shown)]
     if max_clients is not None and len(c):
         keep = sorted(c["client"].unique())[:max_clients]
         c = c[c["client"].isin(keep)]
-    spans = _round_spans(rounds, c) if len(c) else {}
+    spans = {k: v for k, v in _round_spans(rounds, c).items() if k in set(int(r) for r in shown)} if len(c) else {}
     L = float(latency or 0.0)
     bars: dict[str, list[tuple[float, float, int]]] = {k: [] for k in PHASE_COLORS}
     for r, q, st, s, e in zip(c["round"], c["client"], c["status"],
