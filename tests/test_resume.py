@@ -1,6 +1,7 @@
 """Checkpoint and resume: a killed run, resumed, ends byte-identical to an uninterrupted one."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +42,7 @@ def _same(a, b):
 def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ref")
     refs = {}
-    for algo in ("scaffold", "fedadam", "fedlada"):
+    for algo in ("scaffold", "fedadam", "fedlada", "fedavgm", "fednova_vr", "fedcm"):
         raw = {**BASE, "algorithm": {**BASE["algorithm"], "name": algo}}
         path = tmp / f"{algo}.yaml"
         path.write_text(yaml.safe_dump(raw))
@@ -51,10 +52,22 @@ def reference(tmp_path_factory):
     return refs
 
 
-@pytest.mark.parametrize("algo", ["scaffold", "fedadam", "fedlada"])
-@pytest.mark.parametrize("fault", ["round:4", "round:5", "checkpoint:6", "checkpoint:2"])
-def test_fault_then_resume_identical(reference, tmp_path, algo, fault):
+@pytest.mark.parametrize("algo", ["scaffold", "fedadam", "fedlada", "fedavgm", "fednova_vr", "fedcm"])
+def test_checkpoint_holds_every_state(reference, tmp_path, algo):
+    """Resuming a finished run from its last checkpoint (round 6 of 8) redoes rounds 6-7 exactly:
+    control variates, server moments, v_hat and global direction all come back from the file."""
     path, ref = reference[algo]
+    out = tmp_path / "copy"
+    shutil.copytree(ref, out)
+    (out / "model.pt").unlink()
+    assert main(["run", str(path), "--resume", str(out), "--quiet"]) == 0
+    _same(ref, out)
+
+
+@pytest.mark.parametrize("fault", ["round:5", "checkpoint:6"])
+def test_killed_then_resumed_identical(reference, tmp_path, fault):
+    """SIGKILL after round 5's rows (before its checkpoint) or in the middle of a checkpoint write."""
+    path, ref = reference["scaffold"]
     out = tmp_path / "run"
     killed = _cli(path, out, env={"FEDSIM_FAULT": fault})
     assert killed.returncode == -signal.SIGKILL
@@ -62,28 +75,31 @@ def test_fault_then_resume_identical(reference, tmp_path, algo, fault):
     if fault.startswith("checkpoint"):
         assert (out / "checkpoint.pt.tmp").exists()  # died mid-write; the old checkpoint is intact
     # a plain rerun into the same folder is refused: it must be resumed
-    again = _cli(path, out)
-    assert again.returncode == 2 and "--resume" in again.stderr
-    resumed = _cli(path, out, "--resume", str(out))
-    assert resumed.returncode == 0, resumed.stderr
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 2
+    assert main(["run", str(path), "--resume", str(out), "--quiet"]) == 0
     _same(ref, out)
 
 
-def test_sigkill_at_random_moments(reference, tmp_path):
+def test_sigkill_at_arbitrary_moments(reference, tmp_path):
+    """Kill a real run from outside once it has written k rounds (plus a small random delay)."""
     path, ref = reference["scaffold"]
-    for i, delay in enumerate((1.5, 2.5, 3.5)):
-        out = tmp_path / f"k{i}"
+    for k, delay in ((1, 0.0), (3, 0.013), (6, 0.002)):
+        out = tmp_path / f"k{k}"
         proc = subprocess.Popen([sys.executable, "-m", "fedsim", "run", str(path), "--quiet", "--out", str(out)])
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            rows = out / "rounds.csv"
+            if rows.exists() and rows.read_text().count("\n") > k:
+                break
+            time.sleep(0.001)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        if (out / "scenario.yaml").exists():
-            for name in ("rounds.csv", "clients.csv"):
-                if (out / name).exists():
-                    text = (out / name).read_text()
-                    assert text == "" or text.endswith("\n")  # never half a line
-            assert _cli(path, out, "--resume", str(out)).returncode == 0
-            _same(ref, out)
+        for name in ("rounds.csv", "clients.csv"):
+            text = (out / name).read_text()
+            assert text.endswith("\n")  # never half a line
+        assert main(["run", str(path), "--resume", str(out), "--quiet"]) == 0
+        _same(ref, out)
 
 
 def test_resume_refuses_other_scenario(reference, tmp_path, capsys):
