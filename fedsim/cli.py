@@ -50,6 +50,11 @@ def _cmd_validate(args) -> int:
 
     sc = load_scenario(args.scenario, args.overrides)
     variants = expand_variants(sc, _raw(args), Path(args.scenario).resolve().parent)
+    for _, vsc in variants:
+        if vsc.system.trace is not None:
+            from .clock import load_trace
+
+            load_trace(vsc.system.trace, vsc.data.num_clients)
     names = ", ".join(v for v, _ in variants if v)
     print(f"{args.scenario}: ok" + (f" ({len(variants)} variants: {names})" if names else ""))
     return 0

@@ -128,3 +128,28 @@ def test_bad_variant_names_field(write_yaml):
     path = write_yaml(raw)
     with pytest.raises(ScenarioError, match=r"^variants\.a\.algorithm\.lr: must be > 0"):
         expand_variants(load_scenario(path), read_yaml(path))
+
+
+def test_paths_resolve_relative_to_scenario_file(tmp_path):
+    sub = tmp_path / "exp"
+    sub.mkdir()
+    (sub / "t.csv").write_text("client,start,end,online,speed\n0,0,10,1,2.0\n1,0,10,1,3.0\n2,0,10,1,1.0\n")
+    raw = _with(data__root="cache", system__trace="t.csv")
+    del raw["system"]["speed"]
+    path = sub / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    sc = load_scenario(path)
+    assert sc.data.root == str(sub / "cache")
+    assert sc.system.trace == str(sub / "t.csv")
+    assert f"trace: {sub / 't.csv'}" in dump_scenario(sc)
+
+
+def test_validate_reports_bad_trace(tmp_path, capsys):
+    (tmp_path / "t.csv").write_text("client,start,end,online,speed\n0,0,10,1,2.0\n0,5,12,1,2.0\n")
+    raw = _with(system__trace="t.csv")
+    del raw["system"]["speed"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "t.csv" in err[0] and "line 3" in err[0]
