@@ -397,6 +397,10 @@ class Scenario(_Frozen):
             raise _FieldError("algorithm.name", f"{spec.name} needs round.policy async")
         if r.policy == "async" and not spec.asynchronous:
             raise _FieldError("algorithm.name", "round.policy async needs fedbuff or fedasync")
+        if spec.asynchronous == "fedasync" and r.buffer != 1:
+            raise _FieldError("round.buffer", "fedasync updates the model at every arrival: must be 1 (fedbuff buffers)")
+        if spec.asynchronous and spec.aggregation == "nova":
+            raise _FieldError("algorithm.aggregation", f"{spec.name}: use algorithm.normalize_async for FedNova's normalization")
         return self
 
     @property
@@ -489,6 +493,13 @@ def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
     parts = key.split(".")
     if not all(parts):
         raise ScenarioError(f"{where}: empty key")
+    if parts[0] == "variants" and len(parts) > 2 and isinstance(raw.get("variants"), dict):
+        # a variant's overrides are themselves dotted keys: keep the rest of the path as one key
+        variant = raw["variants"].get(parts[1])
+        if not isinstance(variant, dict):
+            variant = raw["variants"][parts[1]] = {}
+        variant[".".join(parts[2:])] = value
+        return
     node = raw
     for p in parts[:-1]:
         nxt = node.get(p)

@@ -31,7 +31,8 @@ def quadratic_work(centers, weights=None, dtype=torch.float64):
 
 
 def spec_for(name, **over):
-    return resolve(AlgorithmConfig(name=name, batch_size=1, **over))
+    over.setdefault("batch_size", 1)
+    return resolve(AlgorithmConfig(name=name, **over))
 
 
 def start(spec, work):

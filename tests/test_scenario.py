@@ -153,3 +153,14 @@ def test_validate_reports_bad_trace(tmp_path, capsys):
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "t.csv" in err[0] and "line 3" in err[0]
+
+
+def test_set_into_a_variant_keeps_dotted_key(write_yaml):
+    from fedsim.scenario import expand_variants, read_yaml, apply_overrides
+
+    raw = _with(variants={"a": {"algorithm.name": "fedprox"}})
+    path = write_yaml(raw)
+    sets = ["variants.a.algorithm.mu=0.5"]
+    sc = load_scenario(path, sets)
+    (_, v), = expand_variants(sc, apply_overrides(read_yaml(path), sets))
+    assert v.algorithm.mu == 0.5 and v.algorithm.lr == 0.05 and v.algorithm.batch_size == 1
