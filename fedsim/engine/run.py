@@ -147,7 +147,10 @@ def build_simulation(sc) -> tuple[Simulation, Clock]:
     torch.set_num_threads(sc.engine.threads or default_threads(work))
     spec = resolve(sc.algorithm)
     chunk = auto_chunk(work, device) if sc.engine.clients_per_batch == "auto" else sc.engine.clients_per_batch
-    sim = Simulation(sc, work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk)
+    cls = Simulation
+    if sc.round.policy == "async":  # FedBuff / FedAsync (fedsim/engine/async_run.py)
+        from .async_run import AsyncSimulation as cls
+    sim = cls(sc, work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk)
     clock = Clock(
         sc.system, sc.round, seed=sc.seed, client_sizes=work.client_sizes,
         weights=work.weights, batch_size=sc.algorithm.batch_size,

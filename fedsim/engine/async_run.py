@@ -1,0 +1,131 @@
+"""The asynchronous simulation step (``round.policy: async``): FedBuff and FedAsync on the clock.
+
+The clock (``fedsim.clock``) yields one :class:`RoundPlan` per server update: the K completed
+arrivals plus the failed / dropped jobs processed since the previous update. Each completed job is
+trained from the model version it downloaded (``Job.version``), with the local lr of that version
+(``spec.round_lr(version, rounds)``); jobs of one version are trained together in one
+``train_cohort`` call. The server rule is :func:`fedsim.algorithms.asynchronous.async_apply`.
+
+Model versions: ``versions[v]`` holds x^v for every version a job in flight may still need;
+after each plan the versions older than ``plan.min_live_version`` are freed. Checkpoints hold
+them (``state_dict``), so a resumed run trains in-flight jobs from the same models.
+
+Rows: ``rounds.csv`` one row per server update (``round`` = update index u, which makes server
+version u + 1; ``sim_time`` = the update's time; ``participants`` = K completed arrivals; ``lr`` =
+the local lr handed out with version u). ``clients.csv`` one row per job in the clock's processing
+order, with ``version``, ``staleness`` and ``weight`` = the job's coefficient c_k in the update
+(FedBuff q_k w(s_k), FedAsync a_s; 0 for failed / dropped jobs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+import torch
+
+from ..algorithms.asynchronous import Arrivals, NormState, async_apply
+from ..algorithms.server import ServerState
+from ..clock import RoundPlan
+from .run import Simulation, _to_device
+from .train import Task, train_cohort
+
+Tensors = dict[str, torch.Tensor]
+
+__all__ = ["AsyncSimulation"]
+
+
+@dataclass
+class AsyncSimulation(Simulation):
+    """Explicit state of an asynchronous run between server updates (what a checkpoint holds).
+
+    ``params`` is the current global model x^v with v = ``server.version``; ``versions`` maps every
+    version still referenced by a job in flight (v >= the last plan's ``min_live_version``) to its
+    model, the current one included.
+    """
+
+    versions: dict[int, Tensors] = field(default_factory=dict)
+    norm: NormState = field(default_factory=NormState)
+
+    def __post_init__(self) -> None:
+        if not self.versions:
+            self.versions = {self.server.version: self.params}
+
+    def step(self, plan: RoundPlan) -> tuple[dict, list[dict]]:
+        """Execute one server update; returns (round row, client rows)."""
+        sc, spec, work = self.sc, self.spec, self.work
+        if plan.round != self.server.version:
+            raise RuntimeError(f"async plan {plan.round} does not follow server version {self.server.version}")
+        done = [j for j in plan.jobs if j.status == "completed" and j.steps > 0]
+        n = len(done)
+        if work.module is not None:
+            work.module.train()
+        groups: dict[int, list[int]] = {}
+        for i, j in enumerate(done):
+            groups.setdefault(j.version, []).append(i)
+        deltas: dict[str, list] = {k: [None] * n for k in self.params}
+        starts: dict[str, list] = {k: [None] * n for k in self.params}
+        a_norm = torch.zeros(n, dtype=torch.float64)
+        for v, idx in groups.items():
+            if v not in self.versions:
+                raise RuntimeError(f"model version {v} was freed but job(s) still need it")
+            x_v = self.versions[v]
+            tasks = [Task(done[i].client, done[i].steps, done[i].key) for i in idx]
+            res = train_cohort(
+                work, spec, x_v, tasks, round_lr=spec.round_lr(v, sc.rounds), seed=sc.seed, chunk=self.chunk,
+            )
+            for row, i in enumerate(idx):
+                a_norm[i] = res.a_norm[row]
+                for k in self.params:
+                    deltas[k][i] = res.deltas[k][row]
+                    starts[k][i] = x_v[k]
+        coef = torch.zeros(0, dtype=torch.float64)
+        if n:
+            arr = Arrivals(
+                deltas={k: torch.stack(v) for k, v in deltas.items()},
+                starts={k: torch.stack(v) for k, v in starts.items()} if spec.asynchronous == "fedasync" else None,
+                weights=torch.tensor([j.weight for j in done], dtype=torch.float64),
+                staleness=torch.tensor([j.staleness for j in done], dtype=torch.float64),
+                a_norm=a_norm,
+            )
+            self.params, opt, self.norm, coef = async_apply(spec, self.params, self.server.opt, arr, self.norm)
+            self.server = replace(self.server, opt=opt)
+        self.server = replace(self.server, version=self.server.version + 1)
+        self.versions[self.server.version] = self.params
+        for v in [v for v in self.versions if v < plan.min_live_version]:
+            del self.versions[v]
+        by_key = {j.key: i for i, j in enumerate(done)}
+        client_rows = []
+        for j in plan.jobs:
+            i = by_key.get(j.key) if j.status == "completed" else None
+            client_rows.append(dict(
+                round=plan.round, client=j.client, status=j.status, steps=j.steps,
+                a_norm=float(a_norm[i]) if i is not None else 0.0, start=float(j.start), end=float(j.end),
+                version=j.version, staleness=j.staleness, weight=float(coef[i]) if i is not None else 0.0,
+            ))
+        taus = [j.steps for j in done]
+        row = dict(
+            round=plan.round, sim_time=float(plan.close), participants=n,
+            tau_mean=float(np.mean(taus)) if taus else None,
+            tau_min=min(taus) if taus else None, tau_max=max(taus) if taus else None,
+            lr=spec.round_lr(plan.round, sc.rounds), diverged=0,
+        )
+        return row, client_rows
+
+    def state_dict(self) -> dict:
+        """Current model, server state, the older live versions and normalize_async's sums."""
+        cur = self.server.version
+        return {
+            "params": self.params,
+            "server": asdict(self.server),
+            "versions": {int(v): p for v, p in self.versions.items() if v != cur},
+            "norm": [self.norm.pa_sum, self.norm.p_sum],
+        }
+
+    def load_state(self, state: dict) -> None:
+        dev = self.work.x_train.device
+        self.params = {k: v.to(dev) for k, v in state["params"].items()}
+        self.server = ServerState(**_to_device(state["server"], dev))
+        self.versions = {int(v): {k: t.to(dev) for k, t in p.items()} for v, p in state["versions"].items()}
+        self.versions[self.server.version] = self.params
+        self.norm = NormState(*map(float, state["norm"]))
