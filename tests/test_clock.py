@@ -269,14 +269,16 @@ def test_uniform_selection_weights_and_determinism():
 
 
 def test_uniform_weight_counts_only_available_clients():
-    # client 3 offline in round 0: m = 3 available, q = 2 -> weight p_i * 3 / 2
+    # client 3 offline in round 0: m = 3 available, q = 2 -> weight p_i * 3 / (2 P_avail), with
+    # P_avail = p_0 + p_1 + p_2 (the weights target the available clients' objective)
     clock = make(weights=P4, availability=((), (), (), ((0.0, 0.5),)), policy="window", window=1.0,
                  clients_per_round=2, seed=5)
     (plan,) = take(clock, 1)
     picked = [j for j in plan.jobs if j.status != "offline"]
     perm = stream(5, "select", 0).permutation(3)
     assert [j.client for j in picked] == sorted(perm[:2].tolist())
-    assert [j.weight for j in picked] == [P4[j.client] * 3 / 2 for j in picked]
+    p_avail = P4[0] + P4[1] + P4[2]
+    assert [j.weight for j in picked] == pytest.approx([P4[j.client] * 3 / 2 / p_avail for j in picked], rel=1e-15)
     assert [(j.client, j.status) for j in plan.jobs if j.status == "offline"] == [(3, "offline")]
 
 

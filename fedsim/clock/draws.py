@@ -86,23 +86,28 @@ def select(
 
     Returns ``(clients, counts, weights)``, clients sorted. FedNova paper, ALGORITHMS.md section 1:
 
-    * ``clients_per_round`` None: everybody available, weight p_i (full participation).
+    * ``clients_per_round`` None: everybody available, weight p_i / P_avail (full participation).
     * uniform: q = min(clients_per_round, m) without replacement, m = len(available); the first q
       of one permutation of ``available`` from stream ``("select", key)`` (so the picks are nested
-      in q); weight p_i * m / q.
+      in q); weight p_i * m / (q P_avail).
+    P_avail = sum of p_i over the available clients (1 when all are online: no rescaling).
     * weighted: q = min(clients_per_round, m) draws with replacement, probability proportional to
       p_i among the available (uniform if those p_i are all 0); a client drawn k times is one job
       with count k and weight k / q.
     """
     m = len(available)
     ones = np.ones(m, dtype=np.int64)
+    # Offline clients cannot be sampled: weights target the available population's objective,
+    # sum_{i available} p_i F_i / P_avail (P_avail = 1, no rescaling, when everyone is online).
+    p_avail = float(p[available].sum()) if m else 0.0
+    scale = 1.0 if (m == len(p) or p_avail <= 0) else 1.0 / p_avail
     if m == 0 or clients_per_round is None:
-        return available, ones, p[available].astype(np.float64)
+        return available, ones, p[available].astype(np.float64) * scale
     q = min(clients_per_round, m)
     rng = stream(seed, "select", key)
     if sampling == "uniform":
         chosen = np.sort(available[rng.permutation(m)[:q]])
-        return chosen, ones[:q], p[chosen] * m / q
+        return chosen, ones[:q], p[chosen] * m / q * scale
     if sampling != "weighted":
         raise ValueError(f"round.sampling: unknown scheme {sampling!r}")
     pa = p[available].astype(np.float64)
