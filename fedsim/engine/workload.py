@@ -45,6 +45,9 @@ class Workload:
     is_quadratic: bool = False
     # Optional closed-form batched gradient: (stacked params, xb (C,B,..), yb) -> (grads, loss (C,)).
     batched_grad: Callable | None = None
+    # Augmentation padding per channel: a black raw pixel after normalization (-mean / std), as
+    # torchvision pads before Normalize. None: zeros.
+    pad_fill: torch.Tensor | None = None
 
     @property
     def num_clients(self) -> int:
@@ -129,12 +132,19 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
         n_test=d.n_test,
         **({"iid": d.iid} if d.name == "synthetic" else {}),
     )
-    xtr = torch.as_tensor(ds.x_train, dtype=dtype)
-    xte = torch.as_tensor(ds.x_test, dtype=dtype)
+    augment = ds.augment if d.augment is None else d.augment
+    if augment and ds.x_train.ndim != 4:
+        from ..scenario import ScenarioError
+
+        raise ScenarioError(f"data.augment: random crop and flip need images; {ds.name} has flat features")
+    # Move first, then normalize once on the device (on CUDA this keeps a single host copy).
+    xtr = torch.as_tensor(ds.x_train).to(device=device, dtype=dtype)
+    xte = torch.as_tensor(ds.x_test).to(device=device, dtype=dtype)
     if ds.mean is not None:
-        mean = torch.as_tensor(ds.mean, dtype=dtype).view(1, -1, 1, 1)
-        std = torch.as_tensor(ds.std, dtype=dtype).view(1, -1, 1, 1)
+        mean = torch.as_tensor(ds.mean, dtype=dtype, device=device).view(1, -1, 1, 1)
+        std = torch.as_tensor(ds.std, dtype=dtype, device=device).view(1, -1, 1, 1)
         xtr, xte = (xtr - mean) / std, (xte - mean) / std
+    pad_fill = (-mean / std).view(-1) if ds.mean is not None and augment else None
     torch.manual_seed(seed_int(sc.seed, "init"))
     module = build_model(sc.model_name, tuple(ds.input_shape), ds.num_classes, hidden=sc.model.hidden)
     module = module.to(device=device, dtype=dtype)
@@ -150,12 +160,11 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
         return F.cross_entropy(predict(params, xb), yb)
 
     sizes = ds.client_sizes.astype(np.float64)
-    augment = ds.augment if d.augment is None else d.augment
     return Workload(
         name=ds.name,
-        x_train=xtr.to(device),
+        x_train=xtr,
         y_train=torch.as_tensor(ds.y_train, dtype=torch.long, device=device),
-        x_test=xte.to(device),
+        x_test=xte,
         y_test=torch.as_tensor(ds.y_test, dtype=torch.long, device=device),
         client_indices=[np.asarray(ix, dtype=np.int64) for ix in ds.client_indices],
         weights=sizes / sizes.sum(),
@@ -166,4 +175,5 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
         num_classes=ds.num_classes,
         class_counts=class_counts(ds.y_train, ds.client_indices, ds.num_classes),
         augment=bool(augment),
+        pad_fill=pad_fill,
     )
