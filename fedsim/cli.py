@@ -93,12 +93,13 @@ def _cmd_run(args) -> int:
 
 def _print_summary(results) -> None:
     w = max(len(n) for n, _, _ in results)
-    print(f"{'run':<{w}}  {'rounds':>6}  {'sim_time':>10}  {'test_acc':>8}  {'train_loss':>10}  folder")
+    d = max(4, *(len(s.data) for _, s, _ in results))
+    print(f"{'run':<{w}}  {'data':<{d}}  {'rounds':>6}  {'sim_time':>10}  {'test_acc':>8}  {'train_loss':>10}  folder")
     for name, s, out in results:
         acc = "" if s.test_acc != s.test_acc else f"{s.test_acc:.4f}"
         loss = "" if s.train_loss != s.train_loss else f"{s.train_loss:.4f}"
         flag = "  (diverged)" if s.diverged else ""
-        print(f"{name:<{w}}  {s.rounds:>6}  {s.sim_time:>10.1f}  {acc:>8}  {loss:>10}  {out}{flag}")
+        print(f"{name:<{w}}  {s.data:<{d}}  {s.rounds:>6}  {s.sim_time:>10.1f}  {acc:>8}  {loss:>10}  {out}{flag}")
 
 
 def _cmd_compare(args) -> int:

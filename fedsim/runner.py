@@ -47,7 +47,7 @@ def prepare_folder(sc: Scenario, out: Path, *, force: bool) -> None:
         if existing.read_text() != text:
             raise ScenarioError(f"--out {out}: holds a different scenario's run; use --force to replace it")
         raise ScenarioError(f"--out {out}: already holds this scenario's run; use --resume to continue or --force")
-    for name in ("rounds.csv", "clients.csv", "model.pt", "partition.csv"):
+    for name in ("rounds.csv", "clients.csv", "model.pt", "partition.csv", "info.yaml", "checkpoint.pt"):
         (out / name).unlink(missing_ok=True)
     _atomic_write_bytes(existing, text.encode())
 
@@ -112,11 +112,58 @@ def run(
             sizes = {n: (out / n).stat().st_size for n in ("rounds.csv", "clients.csv")}
             save_checkpoint(out, {"next_round": nxt, "table_sizes": sizes, "sim": sim.state_dict()})
 
+    _atomic_write_bytes(out / "info.yaml", _info(sc, sim).encode())
     try:
         show = progress_printer(sc.name, sc.rounds) if progress else None
-        summary = simulate(sc, (rounds_w, clients_w), progress=show, sim=sim, start_round=start, on_round=on_round)
+        simulate(sc, (rounds_w, clients_w), progress=show, sim=sim, start_round=start, on_round=on_round)
     finally:
         rounds_w.close()
         clients_w.close()
     save_model(out / "model.pt", sim.params, sim.work.is_quadratic)
-    return summary
+    return summarize(out, data=sim.work.name)
+
+
+def _info(sc: Scenario, sim) -> str:
+    """``info.yaml``: what actually ran (dataset, e.g. ``cifar10-standin``; model size; device)."""
+    import yaml
+
+    from . import __version__
+
+    work = sim.work
+    info = {
+        "data": work.name,
+        "standin": work.name.endswith("-standin"),
+        "model": sc.model_name,
+        "parameters": int(sum(v.numel() for v in work.init_params.values())),
+        "clients": work.num_clients,
+        "train_samples": int(work.x_train.shape[0]),
+        "test_samples": 0 if work.x_test is None else int(work.x_test.shape[0]),
+        "device": str(work.x_train.device),
+        "dtype": str(work.x_train.dtype).replace("torch.", ""),
+        "clients_per_batch": sim.chunk,
+        "fedsim": __version__,
+        "torch": str(torch.__version__),
+    }
+    return yaml.safe_dump(info, sort_keys=False)
+
+
+def summarize(out: Path, data: str = "") -> RunSummary:
+    """Final numbers of a run folder, read back from ``rounds.csv``."""
+    import pandas as pd
+
+    rounds = pd.read_csv(Path(out) / "rounds.csv")
+    if rounds.empty:
+        nan = float("nan")
+        return RunSummary(0, 0.0, nan, nan, nan, False, data=data)
+    last = rounds.iloc[-1]
+    get = lambda col: float(last[col]) if col in rounds and pd.notna(last[col]) else float("nan")  # noqa: E731
+    return RunSummary(
+        rounds=int(last["round"]) + 1,
+        sim_time=float(last["sim_time"]),
+        test_acc=get("test_acc"),
+        test_loss=get("test_loss"),
+        train_loss=get("train_loss"),
+        diverged=bool(rounds["diverged"].max() > 0) if "diverged" in rounds else False,
+        dist_to_opt=get("dist_to_opt") if "dist_to_opt" in rounds else None,
+        data=data,
+    )

@@ -104,3 +104,17 @@ def test_progress_silent_when_not_a_terminal(write_yaml, tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err == ""
     assert "synth" in captured.out  # the summary table
+
+
+def test_info_names_the_dataset_actually_used(write_yaml, tmp_path, capsys):
+    import yaml
+
+    raw = {**SYNTH, "data": {"name": "cifar10", "standin": True, "clients": 2, "n_train": 40, "n_test": 20},
+           "model": {"name": "logreg"}, "rounds": 1, "round": {"policy": "wait", "local_steps": 1},
+           "engine": {"threads": 1}}
+    raw.pop("system")
+    out = _run(write_yaml, tmp_path, raw, "standin")
+    info = yaml.safe_load((out / "info.yaml").read_text())
+    assert info["data"] == "cifar10-standin" and info["standin"] is True
+    assert info["parameters"] == 3 * 32 * 32 * 10 + 10  # logreg on 3x32x32, 10 classes
+    assert "cifar10-standin" in capsys.readouterr().out

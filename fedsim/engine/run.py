@@ -37,6 +37,7 @@ class RunSummary:
     train_loss: float
     diverged: bool
     dist_to_opt: float | None = None
+    data: str = ""  # dataset actually used, e.g. "cifar10-standin"
 
 
 def round_weights(plan: RoundPlan) -> dict[int, float]:
