@@ -52,13 +52,13 @@ def test_curves(tmp_path, fake_cmp, x):
 
 
 def test_mean_band_over_seeds_with_different_times():
-    # two seeds evaluated at different times: union grid, interpolated, mean where both exist
-    df = pd.DataFrame({"cell": "a", "seed": [0, 0, 1, 1], "round": [0, 1, 0, 1],
-                       "sim_time": [1.0, 3.0, 2.0, 4.0], "test_acc": [0.0, 1.0, 0.0, 1.0]})
+    # two seeds evaluated at different times: union grid, interpolated, mean where both have data
+    df = pd.DataFrame({"cell": "a", "seed": [0, 0, 0, 1, 1], "round": [0, 1, 2, 0, 1],
+                       "sim_time": [1.0, 3.0, 5.0, 2.0, 4.0], "test_acc": [0.0, 1.0, 1.0, 0.0, 1.0]})
     fig = plots.plot_accuracy(df)
     line = fig.axes[0].lines[0]
-    np.testing.assert_allclose(line.get_xdata(), [1, 2, 3, 4])
-    np.testing.assert_allclose(line.get_ydata(), [0.0, 0.25, 0.75, 1.0])
+    np.testing.assert_allclose(line.get_xdata(), [2, 3, 4])
+    np.testing.assert_allclose(line.get_ydata(), [0.25, 0.75, 1.0])
     plots.plt.close(fig)
 
 
@@ -99,6 +99,17 @@ def test_timeline_phases_match_latency(fake_cmp):
     rects = {lab: [(r.get_x(), r.get_x() + r.get_width()) for r in by_label[lab] if round(r.get_y() + r.get_height() / 2) == 0]
              for lab in ("download", "compute", "upload")}
     assert rects["download"] == [(0.0, 0.5)] and rects["compute"] == [(0.5, 9.5)] and rects["upload"] == [(9.5, 10.0)]
+    plots.plt.close(fig)
+
+
+def test_timeline_async_jobs_span_updates():
+    # jobs that started before the update reporting them: asynchronous, so no idle bars
+    clients = pd.DataFrame({"round": [0, 0, 1], "client": [0, 1, 2], "status": ["completed"] * 3,
+                            "steps": [5, 5, 5], "start": [0.0, 0.0, 0.5], "end": [3.0, 4.0, 6.0]})
+    rounds = pd.DataFrame({"round": [0, 1], "sim_time": [4.0, 6.0]})
+    fig = report.plot_client_timeline(clients, rounds, latency=0.5)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "idle" not in labels and "server updates" in fig.axes[0].get_title()
     plots.plt.close(fig)
 
 

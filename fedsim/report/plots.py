@@ -7,7 +7,7 @@ figure (or on ``ax``) and returns the figure; :func:`save_figure` writes a PNG o
 Seeds are summarized as a mean line with a +-1 standard-deviation band. Against simulated time,
 seeds of a cell may evaluate at different times (e.g. ``wait`` rounds last as long as their
 slowest client), so each seed is linearly interpolated onto the union of the cell's evaluation
-times and averaged where it has data.
+times, and the mean is drawn over the time range that every seed covers.
 """
 
 from __future__ import annotations
@@ -131,8 +131,14 @@ def _seed_curves(g: pd.DataFrame, x: str, y: str) -> list[tuple[np.ndarray, np.n
 
 
 def _mean_band(curves):
-    """Union grid, per-seed linear interpolation inside each seed's range, nan-mean and std."""
+    """Union grid over the range every seed covers, per-seed linear interpolation, mean and std.
+
+    Beyond the shortest seed the mean would change which seeds it averages (a jump, not a
+    trend), so the curve stops there.
+    """
+    lo, hi = max(c[0][0] for c in curves), min(c[0][-1] for c in curves)
     grid = np.unique(np.concatenate([c[0] for c in curves]))
+    grid = grid[(grid >= lo) & (grid <= hi)] if lo <= hi else grid[:0]
     stack = np.full((len(curves), grid.size), np.nan)
     for i, (cx, cy) in enumerate(curves):
         inside = (grid >= cx[0]) & (grid <= cx[-1])
@@ -182,6 +188,8 @@ def plot_curves(
         if not curves:
             continue
         grid, mean, std = _mean_band(curves)
+        if grid.size == 0:
+            continue
         label = "run" if key is None else str(key)
         if len(curves) > 1:
             label += f" (n={len(curves)})"
@@ -270,11 +278,13 @@ def plot_time_to_target(
             sd = reached.std(ddof=1) if reached.size > 1 else 0.0
             ax.barh(yi, mu, color=cols.get(key), alpha=0.85, xerr=sd if reached.size > 1 else None, capsize=3)
             ax.plot(reached, np.full(reached.size, yi), "k.", ms=4)
-            ax.text(mu + sd + 0.01 * tmax, yi, f" {mu:.1f}s  ({reached.size}/{t.size})", va="center", fontsize="small")
+            right = max(mu + sd, reached.max())
+            ax.text(right + 0.01 * tmax, yi, f" {mu:.1f}s  ({reached.size}/{t.size})", va="center", fontsize="small")
         else:
             ax.text(0.01 * tmax, yi, f"not reached (0/{t.size})", va="center", fontsize="small", color="0.3")
     ax.set_yticks(ypos, [str(g) for g in groups])
-    ax.set_xlim(0, tmax * 1.35)
+    ax.set_ylim(-0.6, len(groups) - 0.4)
+    ax.set_xlim(0, tmax * 1.3)
     what = "test accuracy" if metric == "test_acc" else metric
     ax.set_xlabel(f"simulated time to reach {what} {target:g} (s)" if target is not None else "simulated time to target (s)")
     ax.grid(axis="x", alpha=0.3)
@@ -373,6 +383,8 @@ def plot_client_timeline(
     round closes. ``offline`` clients are grey for the whole round, ``dropped`` ones red from their
     start to their end (or to the round's close), ``failed`` ones purple until they went offline.
     Round boundaries (from ``rounds.csv``) are dotted lines. Stragglers are the long green bars.
+    Asynchronous runs (jobs that start before the update that reports them) show the jobs of the
+    first server updates, without idle bars: a client not in flight is simply free.
     """
     fig, ax = _new(ax, figsize)
     shown = sorted(clients["round"].unique())[:first_rounds] if len(clients) else []
@@ -382,6 +394,9 @@ def plot_client_timeline(
         c = c[c["client"].isin(keep)]
     spans = {k: v for k, v in _round_spans(rounds, c).items() if k in set(int(r) for r in shown)} if len(c) else {}
     L = float(latency or 0.0)
+    # asynchronous runs: jobs span server updates and a free client simply is not in flight
+    sync = all(s0 >= spans.get(int(r), (s0, s0))[0] - 1e-9
+               for r, s0 in zip(c["round"], pd.to_numeric(c["start"], errors="coerce")) if s0 == s0)
     bars: dict[str, list[tuple[float, float, int]]] = {k: [] for k in PHASE_COLORS}
     for r, q, st, s, e in zip(c["round"], c["client"], c["status"],
                               pd.to_numeric(c["start"], errors="coerce"), pd.to_numeric(c["end"], errors="coerce")):
@@ -394,23 +409,23 @@ def plot_client_timeline(
         if st == "completed":
             d_end = min(s + L, e)
             u_start = max(e - L, d_end)
-            if s > open_:
+            if sync and s > open_:
                 bars["idle"].append((open_, s, q))
             bars["download"].append((s, d_end, q))
             bars["compute"].append((d_end, u_start, q))
             bars["upload"].append((u_start, e, q))
-            if close > e:
+            if sync and close > e:
                 bars["idle"].append((e, close, q))
         elif st == "failed":
             d_end = min(s + L, e)
             bars["download"].append((s, d_end, q))
             bars["failed"].append((d_end, e, q))
-            if close > e:
+            if sync and close > e:
                 bars["offline"].append((e, close, q))
         else:  # dropped (or an unknown status)
             end = e if e > s else close
             bars["dropped"].append((s, end, q))
-            if close > end:
+            if sync and close > end:
                 bars["idle"].append((end, close, q))
     for phase, items in bars.items():
         items = [(a, b, q) for a, b, q in items if b > a]
@@ -433,7 +448,8 @@ def plot_client_timeline(
             ax.set_yticks(ids)
             ax.tick_params(axis="y", labelsize="x-small" if len(ids) > 20 else "small")
     n = len(spans)
-    ax.set_title(title or f"Client timeline, first {n} round{'s' if n != 1 else ''} (latency {L:g}s per transfer)")
+    unit = "round" if sync else "server update"
+    ax.set_title(title or f"Client timeline, first {n} {unit}{'s' if n != 1 else ''} (latency {L:g}s per transfer)")
     handles = [Patch(color=PHASE_COLORS[p], label=p) for p in PHASE_COLORS if any(b > a for a, b, _ in bars[p])]
     ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
     return fig
