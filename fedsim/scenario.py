@@ -117,6 +117,7 @@ class DataConfig(_Frozen):
 
     name: DataName = "quadratic"
     clients: int | None = Field(None, ge=1)
+    seed: int | None = None  # seeds the data (draws, partition); default: the scenario seed
     # quadratic
     centers: tuple[tuple[float, ...], ...] | None = None
     dim: int = Field(10, ge=1)
@@ -402,6 +403,11 @@ class Scenario(_Frozen):
         if spec.asynchronous and spec.aggregation == "nova":
             raise _FieldError("algorithm.aggregation", f"{spec.name}: use algorithm.normalize_async for FedNova's normalization")
         return self
+
+    @property
+    def data_seed(self) -> int:
+        """Seed of the workload's data (``data.seed``, else ``seed``)."""
+        return self.seed if self.data.seed is None else self.data.seed
 
     @property
     def model_name(self) -> str:

@@ -32,7 +32,7 @@ def client_sizes_and_weights(sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
 
     d = sc.data
     ds = build_dataset(
-        d.name, clients=d.num_clients, partition=PartitionSpec(**d.partition.model_dump()), seed=sc.seed,
+        d.name, clients=d.num_clients, partition=PartitionSpec(**d.partition.model_dump()), seed=sc.data_seed,
         root=d.root, download=d.download, standin=d.standin, alpha=d.alpha, beta=d.beta,
         n_train=d.n_train, n_test=d.n_test,
     )

@@ -118,3 +118,18 @@ def test_info_names_the_dataset_actually_used(write_yaml, tmp_path, capsys):
     assert info["data"] == "cifar10-standin" and info["standin"] is True
     assert info["parameters"] == 3 * 32 * 32 * 10 + 10  # logreg on 3x32x32, 10 classes
     assert "cifar10-standin" in capsys.readouterr().out
+
+
+def test_data_seed_fixes_the_dataset_across_run_seeds():
+    from fedsim.engine.workload import build_workload
+    from fedsim.scenario import parse_scenario
+
+    def work(seed, data_seed=None):
+        data = {**SYNTH["data"], **({} if data_seed is None else {"seed": data_seed})}
+        return build_workload(parse_scenario({**SYNTH, "seed": seed, "data": data}), torch.device("cpu"), torch.float32)
+
+    a, b, c = work(1, data_seed=7), work(2, data_seed=7), work(2)
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_train, b.y_train)
+    wa, wb = (next(iter(w.init_params.values())) for w in (a, b))
+    assert not torch.equal(wa, wb)  # the training seed (model init) still differs
+    assert a.x_train.shape != c.x_train.shape or not torch.equal(a.x_train, c.x_train)

@@ -78,7 +78,7 @@ def _quadratic(sc, device, dtype) -> Workload:
         centers = np.asarray(d.centers, dtype=np.float64)
     else:
         m = d.num_clients
-        centers = d.center_scale * stream(sc.seed, "centers").standard_normal((m, d.dim))
+        centers = d.center_scale * stream(sc.data_seed, "centers").standard_normal((m, d.dim))
     m = centers.shape[0]
     p = np.full(m, 1.0 / m) if d.weights is None else np.asarray(d.weights, dtype=np.float64) / sum(d.weights)
     x = torch.as_tensor(centers, dtype=dtype, device=device)
@@ -122,7 +122,7 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
         d.name,
         clients=d.num_clients,
         partition=part,
-        seed=sc.seed,
+        seed=sc.data_seed,
         root=d.root,
         download=d.download,
         standin=d.standin,
