@@ -35,7 +35,7 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class AlgoSpec:
-    """Every part of an algorithm, resolved (see ``docs/algorithms.md`` for the table)."""
+    """Every part of an algorithm, resolved (see ``the README (Algorithms)`` for the table)."""
 
     name: str
     lr: float
