@@ -2,7 +2,8 @@
 
 Every cell of the grid is the base scenario with a few dotted keys changed (``algorithm.name``,
 ``round.policy``, any ``--grid`` key); every seed sets ``seed``. The clock draws its randomness
-from (seed, "system", client, round) only, so all cells of one seed see the *same* system trace:
+from streams keyed by (seed, purpose, client, round) only (purposes speed, slowdown, work, select,
+availability), so all cells of one seed see the *same* system trace:
 differences between cells are the algorithm's and the policy's alone. Nothing else is changed, in
 particular no system key unless a ``--grid`` names it.
 

@@ -29,7 +29,7 @@ class ScenarioError(ValueError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- distributions
@@ -150,15 +150,13 @@ class DataConfig(_Frozen):
         if self.name == "quadratic":
             if self.centers is not None:
                 if len({len(c) for c in self.centers}) != 1:
-                    raise ValueError("centers: every center needs the same dimension")
+                    raise _FieldError("data.centers", "every center needs the same dimension")
                 if self.clients is not None and self.clients != len(self.centers):
-                    raise ValueError("clients: must equal the number of centers")
-            if self.weights is not None:
-                m = len(self.centers) if self.centers is not None else self.clients
-                if m is not None and len(self.weights) != m:
-                    raise ValueError("weights: need one weight per client")
+                    raise _FieldError("data.clients", "must equal the number of centers")
+            if self.weights is not None and len(self.weights) != self.num_clients:
+                raise _FieldError("data.weights", f"need one weight per client ({self.num_clients})")
         elif self.weights is not None:
-            raise ValueError("weights: only for quadratic data (otherwise p_i = n_i / n)")
+            raise _FieldError("data.weights", "only for quadratic data (otherwise p_i = n_i / n)")
         return self
 
     @property
@@ -245,6 +243,8 @@ class RoundConfig(_Frozen):
     @field_validator("local_steps", "local_epochs")
     @classmethod
     def _work(cls, w):
+        if isinstance(w, Constant) and not float(w.value).is_integer():
+            raise ValueError("a constant number of steps or epochs must be an integer")
         if w is not None and dist_low(w) < 1:
             raise ValueError("must be >= 1")
         return w
@@ -388,12 +388,15 @@ class Scenario(_Frozen):
             raise _FieldError("model.name", "quadratic model needs quadratic data")
         if self.system.trace is not None and av != "always":
             raise _FieldError("system.availability", "give either a trace or availability, not both")
+        _check_model_fits_data(self.data.name, self.model_name, self.data.dim)
         from .algorithms.spec import SpecError, resolve
 
         try:
             spec = resolve(self.algorithm)
         except SpecError as err:
             raise _FieldError(err.path, err.msg) from None
+        if spec.mu > 0 and self.algorithm.lr * spec.mu >= 1:
+            raise _FieldError("algorithm.mu", "lr * mu must be < 1 (the proximal step factor 1 - lr mu must stay positive)")
         if spec.asynchronous and r.policy != "async":
             raise _FieldError("algorithm.name", f"{spec.name} needs round.policy async")
         if r.policy == "async" and not spec.asynchronous:
@@ -402,6 +405,12 @@ class Scenario(_Frozen):
             raise _FieldError("round.buffer", "fedasync updates the model at every arrival: must be 1 (fedbuff buffers)")
         if spec.asynchronous and spec.aggregation == "nova":
             raise _FieldError("algorithm.aggregation", f"{spec.name}: use algorithm.normalize_async for FedNova's normalization")
+        if not spec.asynchronous and self.algorithm.normalize_async:
+            # the other async-only keys are ignored by synchronous runs (so one base scenario can
+            # serve a compare grid over both); this one would read like FedNova being on.
+            raise _FieldError(
+                "algorithm.normalize_async", "only for asynchronous algorithms; use fednova / aggregation: nova"
+            )
         return self
 
     @property
@@ -414,6 +423,24 @@ class Scenario(_Frozen):
         if self.data.name == "quadratic":
             return "quadratic"
         return self.model.name or "logreg"
+
+
+# Input shape of each dataset (before any model): flat features or (C, H, W) images.
+_DATA_SHAPES = {
+    "digits": (1, 8, 8), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32), "cifar100": (3, 32, 32), "tinyimagenet": (3, 64, 64),
+}
+_CONV_MIN_SIDE = {"cnn": 4, "vgg11": 32, "resnet18_gn": 8}
+
+
+def _check_model_fits_data(data: str, model: str, dim: int) -> None:
+    if model not in _CONV_MIN_SIDE:
+        return
+    shape = _DATA_SHAPES.get(data)
+    if shape is None:
+        raise _FieldError("model.name", f"{model} needs image data; {data} has flat features")
+    if min(shape[1:]) < _CONV_MIN_SIDE[model]:
+        raise _FieldError("model.name", f"{model} needs images of at least {_CONV_MIN_SIDE[model]}x{_CONV_MIN_SIDE[model]}; {data} has {shape[1]}x{shape[2]}")
 
 
 class _FieldError(ValueError):

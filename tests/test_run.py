@@ -133,3 +133,17 @@ def test_data_seed_fixes_the_dataset_across_run_seeds():
     wa, wb = (next(iter(w.init_params.values())) for w in (a, b))
     assert not torch.equal(wa, wb)  # the training seed (model init) still differs
     assert a.x_train.shape != c.x_train.shape or not torch.equal(a.x_train, c.x_train)
+
+
+def test_digits_test_fraction_is_used(write_yaml, tmp_path):
+    import yaml
+
+    sizes = {}
+    for frac in (0.2, 0.5):
+        raw = {"name": "dg", "rounds": 1, "data": {"name": "digits", "clients": 3, "test_fraction": frac},
+               "model": {"name": "logreg"}, "round": {"policy": "wait", "local_steps": 1}}
+        out = _run(write_yaml, tmp_path, raw, f"dg{frac}")
+        sizes[frac] = yaml.safe_load((out / "info.yaml").read_text())
+    total = sizes[0.2]["train_samples"] + sizes[0.2]["test_samples"]
+    assert total == 1797  # scikit-learn's digits
+    assert abs(sizes[0.2]["test_samples"] - 0.2 * total) < 10 and abs(sizes[0.5]["test_samples"] - 0.5 * total) < 10

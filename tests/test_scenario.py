@@ -164,3 +164,45 @@ def test_set_into_a_variant_keeps_dotted_key(write_yaml):
     sc = load_scenario(path, sets)
     (_, v), = expand_variants(sc, apply_overrides(read_yaml(path), sets))
     assert v.algorithm.mu == 0.5 and v.algorithm.lr == 0.05 and v.algorithm.batch_size == 1
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (_with(algorithm__lr=float("inf")), "algorithm.lr: Input should be a finite number"),
+        (_with(system__window=float("nan")), "system.window: unknown key"),
+        (_with(round__window=float("inf")), "round.window: Input should be a finite number"),
+        (_with(data__centers=[[1.0, float("nan")], [0.0, 1.0], [1.0, 1.0]]), "data.centers"),
+        ({**_with(), "data": {"name": "quadratic", "weights": [1, 2, 3]}}, "data.weights: need one weight per client (10)"),
+        (_with(data__weights=[1, 2]), "data.weights: need one weight per client (3)"),
+        (_with(algorithm__name="fedprox", algorithm__mu=20.0), "algorithm.mu: lr * mu must be < 1"),
+        (_with(algorithm__normalize_async=True), "algorithm.normalize_async: only for asynchronous algorithms"),
+        (_with(round__local_steps={"dist": "constant", "value": 2.5}), "round.local_steps: a constant number"),
+        ({**_with(), "data": {"name": "synthetic"}, "model": {"name": "cnn"}, "system": {}},
+         "model.name: cnn needs image data"),
+        ({**_with(), "data": {"name": "digits"}, "model": {"name": "vgg11"}, "system": {}},
+         "model.name: vgg11 needs images of at least 32x32"),
+    ],
+)
+def test_more_bad_input(raw, expected):
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(raw)
+    assert str(err.value).startswith(expected), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        (["data.clients=5000"], "data.clients: cannot split"),
+        (["data.partition.name=dirichlet", "data.partition.min_size=500"], "data.partition: dirichlet"),
+    ],
+)
+def test_infeasible_data_exit_2(write_yaml, tmp_path, capsys, sets, expected):
+    raw = {"name": "d", "rounds": 1, "data": {"name": "digits", "clients": 4}, "model": {"name": "logreg"},
+           "round": {"policy": "wait", "local_steps": 1}}
+    args = ["run", str(write_yaml(raw)), "--out", str(tmp_path / "o"), "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(expected), err

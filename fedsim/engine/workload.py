@@ -108,17 +108,31 @@ def _quadratic(sc, device, dtype) -> Workload:
     )
 
 
-def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
-    """Build data, partition and model for scenario ``sc`` on ``device``."""
-    if sc.data.name == "quadratic":
-        return _quadratic(sc, device, dtype)
-    from ..data import build_dataset, class_counts
+def _data_error_path(msg: str) -> str:
+    if msg.startswith(("dirichlet", "shards", "powerlaw", "partition")):
+        return "data.partition"
+    if "clients" in msg:
+        return "data.clients"
+    return "data"
+
+
+def dataset_for(sc):
+    """The scenario's partitioned :class:`~fedsim.data.Dataset` (not quadratic); infeasible data
+    settings raise ScenarioError naming the key (exit 2)."""
+    from ..data import build_dataset
     from ..data.partition import PartitionSpec
-    from ..models import build_model
+    from ..scenario import ScenarioError
 
     d = sc.data
-    part = PartitionSpec(**d.partition.model_dump())
-    ds = build_dataset(
+    try:
+        return _build(build_dataset, sc, PartitionSpec(**d.partition.model_dump()))
+    except ValueError as err:
+        raise ScenarioError(f"{_data_error_path(str(err))}: {err}") from None
+
+
+def _build(build_dataset, sc, part):
+    d = sc.data
+    return build_dataset(
         d.name,
         clients=d.num_clients,
         partition=part,
@@ -130,8 +144,20 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
         beta=d.beta,
         n_train=d.n_train,
         n_test=d.n_test,
+        test_fraction=d.test_fraction,
         **({"iid": d.iid} if d.name == "synthetic" else {}),
     )
+
+
+def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
+    """Build data, partition and model for scenario ``sc`` on ``device``."""
+    if sc.data.name == "quadratic":
+        return _quadratic(sc, device, dtype)
+    from ..data import class_counts
+    from ..models import build_model
+
+    d = sc.data
+    ds = dataset_for(sc)
     augment = ds.augment if d.augment is None else d.augment
     if augment and ds.x_train.ndim != 4:
         from ..scenario import ScenarioError
