@@ -75,18 +75,28 @@ def _cmd_run(args) -> int:
     if args.resume and args.out:
         raise UsageError("fedsim: --resume DIR names the run folder; give no --out with it")
     base = Path(args.resume or args.out or default_out(sc))
-    results = []
-    for vname, vsc in variants:
-        out = base / vname if vname else base
-        if args.schedule_only:
-            from .schedule import run_schedule
+    from .engine import distributed
+    from .engine.workload import resolve_device
 
-            run_schedule(vsc, out, force=args.force)
-            print(f"{vsc.name}: schedule written to {out}")
-            continue
-        summary = run(vsc, out, force=args.force, progress=not args.quiet, resume=bool(args.resume))
-        results.append((vname or vsc.name, summary, out))
-    if results:
+    if not args.schedule_only:  # under torchrun: join the process group (fedsim/engine/distributed.py)
+        distributed.init_from_env(resolve_device(sc.engine.device))
+    main = distributed.is_main() and int(os.environ.get("RANK", "0")) == 0
+    results = []
+    try:
+        for vname, vsc in variants:
+            out = base / vname if vname else base
+            if args.schedule_only:
+                from .schedule import run_schedule
+
+                if main:
+                    run_schedule(vsc, out, force=args.force)
+                    print(f"{vsc.name}: schedule written to {out}")
+                continue
+            summary = run(vsc, out, force=args.force, progress=not args.quiet, resume=bool(args.resume))
+            results.append((vname or vsc.name, summary, out))
+    finally:
+        distributed.shutdown()
+    if results and main:
         _print_summary(results)
     return 0
 

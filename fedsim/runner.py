@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import _fault, load_checkpoint, save_checkpoint
+from .engine import distributed
 from .engine.run import RunSummary, build_simulation, progress_printer, simulate
 from .report.tables import CLIENT_COLUMNS, QUADRATIC_COLUMNS, ROUND_COLUMNS, TableWriter
 from .scenario import Scenario, ScenarioError, dump_scenario
@@ -84,43 +85,59 @@ def run(
     there is none); rows written after that checkpoint are cut back first.
     """
     out = Path(out) if out is not None else default_out(sc)
-    ck = None
-    if resume:
+    main = distributed.is_main()  # under torchrun only rank 0 touches the run folder
+
+    def open_folder():
+        if not resume:
+            return prepare_folder(sc, out, force=force)
         _check_resumable(sc, out)
         ck = load_checkpoint(out)
         sizes = ck["table_sizes"] if ck else {"rounds.csv": 0, "clients.csv": 0}
         for name, size in sizes.items():
             _truncate(out / name, size)
-    else:
-        prepare_folder(sc, out, force=force)
+        return ck
+
+    ck = distributed.agree(open_folder)
     sim, _ = build_simulation(sc)
     start = 0
     if ck is not None:
         sim.load_state(ck["sim"])
         start = int(ck["next_round"])
-    if sim.work.class_counts is not None:
+    if main and sim.work.class_counts is not None:
         write_partition(out / "partition.csv", sim.work.class_counts)
     cols = QUADRATIC_COLUMNS if sim.work.is_quadratic else ROUND_COLUMNS
-    rounds_w = TableWriter(out / "rounds.csv", cols)
-    clients_w = TableWriter(out / "clients.csv", CLIENT_COLUMNS)
+    rounds_w = TableWriter(out / "rounds.csv", cols) if main else _NoWriter()
+    clients_w = TableWriter(out / "clients.csv", CLIENT_COLUMNS) if main else _NoWriter()
     every = sc.checkpoint.every
 
     def on_round(sim, plan) -> None:
         _fault(f"round:{plan.round}")
         nxt = plan.round + 1
-        if every and nxt % every == 0 and nxt < sc.rounds:
+        if main and every and nxt % every == 0 and nxt < sc.rounds:
             sizes = {n: (out / n).stat().st_size for n in ("rounds.csv", "clients.csv")}
             save_checkpoint(out, {"next_round": nxt, "table_sizes": sizes, "sim": sim.state_dict()})
 
-    _atomic_write_bytes(out / "info.yaml", _info(sc, sim).encode())
+    if main:
+        _atomic_write_bytes(out / "info.yaml", _info(sc, sim).encode())
     try:
-        show = progress_printer(sc.name, sc.rounds) if progress else None
+        show = progress_printer(sc.name, sc.rounds) if progress and main else None
         simulate(sc, (rounds_w, clients_w), progress=show, sim=sim, start_round=start, on_round=on_round)
     finally:
         rounds_w.close()
         clients_w.close()
-    save_model(out / "model.pt", sim.params, sim.work.is_quadratic)
-    return summarize(out, data=sim.work.name)
+    if main:
+        save_model(out / "model.pt", sim.params, sim.work.is_quadratic)
+    return distributed.agree(lambda: summarize(out, data=sim.work.name))
+
+
+class _NoWriter:
+    """The run-folder writers of ranks other than 0 (they write nothing)."""
+
+    def write(self, rows) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _info(sc: Scenario, sim) -> str:

@@ -20,6 +20,8 @@ from ..algorithms.server import RoundUpdate, ServerState, client_correction, ser
 from ..algorithms.spec import AlgoSpec, resolve
 from ..clock import Clock, RoundPlan
 from .evaluate import global_objective, test_metrics
+from . import distributed
+from .distributed import train_cohort_sharded
 from .train import Task, auto_chunk, train_cohort
 from .workload import Workload, build_workload, resolve_device
 
@@ -75,7 +77,8 @@ class Simulation:
         tasks = [Task(j.client, j.steps, j.key) for j in done]
         if work.module is not None:
             work.module.train()
-        res = train_cohort(
+        train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort  # torchrun: split over ranks
+        res = train(
             work, spec, self.params, tasks,
             round_lr=lr, seed=sc.seed, chunk=self.chunk,
             correction=lambda i: client_correction(spec, self.server, i, self.params),
@@ -122,6 +125,8 @@ class Simulation:
         return all(bool(torch.isfinite(v).all()) for v in self.params.values())
 
     def evaluate(self, row: dict) -> dict:
+        if not distributed.is_main():  # torchrun: rank 0 evaluates and writes; the others skip it
+            return row
         work = self.work
         if work.module is not None:
             work.module.eval()
@@ -133,11 +138,16 @@ class Simulation:
         return row
 
 
+#: torch's own thread count, read before any simulation sets it (so a conv net built after a
+#: small model in the same process still gets torch's default, not the 1 set for the small one).
+_TORCH_THREADS = torch.get_num_threads()
+
+
 def default_threads(work: Workload) -> int:
     """Documented rule: one CPU thread for small models (intra-op threading only adds overhead
     on their tiny tensors, measured in benchmarks/), torch's default for conv nets."""
     conv = work.module is not None and any(isinstance(m, torch.nn.Conv2d) for m in work.module.modules())
-    return torch.get_num_threads() if conv else 1
+    return _TORCH_THREADS if conv else 1
 
 
 def build_simulation(sc) -> tuple[Simulation, Clock]:

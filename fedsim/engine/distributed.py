@@ -1,0 +1,219 @@
+"""Many processes: ``torchrun --nproc_per_node=N -m fedsim run X.yaml``.
+
+Every rank builds the same simulation from the same scenario: the same data, initial model and
+clock (the clock is a deterministic function of the seed, so no schedule is ever sent). Each
+round, the clients that report are split over the ranks, longest job first by expected cost
+(LPT: a job's cost is its step count; the next longest job goes to the least loaded rank). Each
+rank trains its share with :func:`fedsim.engine.train.train_cohort` and the per-client results
+(deltas, v_hat, losses) are combined with one ``all_gather`` (gloo on CPU, NCCL on GPU), so every
+rank holds the whole cohort's results in task order and runs the identical server update. Rank 0
+evaluates and writes the run folder; the other ranks write nothing.
+
+Results match a single process: the same clients do the same steps from the same model with the
+same minibatches, and the server sees the same rows in the same order (float64 runs are
+bit-identical in the tests; a model with dropout draws different masks, because a chunk seeds
+its dropout stream from its first client).
+
+Across nodes use torchrun's usual flags (``--nnodes``, ``--node_rank``, ``--rdzv-endpoint``); rank
+0's node holds the run folder. ``--resume`` reads the checkpoint on rank 0 and broadcasts it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..algorithms.local import a_norm
+from .train import CohortResult, Task, train_cohort
+
+__all__ = [
+    "init_from_env",
+    "shutdown",
+    "world",
+    "is_main",
+    "lpt_assign",
+    "train_cohort_sharded",
+    "broadcast_object",
+    "agree",
+]
+
+Tensors = dict[str, torch.Tensor]
+
+
+def _dist():
+    import torch.distributed as dist
+
+    return dist if dist.is_available() else None
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) when no process group is initialized."""
+    dist = _dist()
+    if dist is None or not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def is_main() -> bool:
+    return world()[0] == 0
+
+
+def init_from_env(device: torch.device) -> bool:
+    """Join the process group that torchrun describes (``WORLD_SIZE`` > 1); no-op otherwise.
+
+    Backend: NCCL when ``device`` is CUDA (each rank on ``cuda:LOCAL_RANK``), gloo on CPU (each
+    rank then gets ``cores // local ranks`` intra-op threads at most). Returns whether a group
+    with more than one rank is active.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    dist = _dist()
+    if dist is None:
+        raise RuntimeError("torch.distributed is not available in this torch build")
+    if dist.is_initialized():
+        return dist.get_world_size() > 1
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+    else:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+        torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) // max(local, 1))))
+        dist.init_process_group("gloo")
+    return dist.get_world_size() > 1
+
+
+def shutdown() -> None:
+    dist = _dist()
+    if dist is not None and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def lpt_assign(costs: Sequence[float], ranks: int) -> list[list[int]]:
+    """Longest processing time first: job indices per rank (deterministic; ties to the lower
+    index / lower rank). Each rank's list is in the order the jobs were assigned."""
+    load = [0.0] * ranks
+    out: list[list[int]] = [[] for _ in range(ranks)]
+    for j in sorted(range(len(costs)), key=lambda j: (-costs[j], j)):
+        r = min(range(ranks), key=lambda r: (load[r], r))
+        out[r].append(j)
+        load[r] += costs[j]
+    return out
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """``obj`` from rank ``src`` on every rank (identity in a single process)."""
+    rank, size = world()
+    if size == 1:
+        return obj
+    box = [obj if rank == src else None]
+    dist = _dist()
+    dist.broadcast_object_list(box, src=src, device=_collective_device())
+    return box[0]
+
+
+def agree(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on rank 0 only and hand its result -- or its failure -- to every rank.
+
+    Keeps the ranks in step when rank 0 does something that may fail (preparing the run folder,
+    reading a checkpoint): otherwise a failure on rank 0 would leave the others waiting in the
+    next collective. Rank 0 re-raises the original exception; the others raise a
+    ``ScenarioError`` (exit status 2) or ``RuntimeError`` with the same message.
+    """
+    rank, size = world()
+    if size == 1:
+        return fn()
+    from ..scenario import ScenarioError
+
+    if rank == 0:
+        try:
+            value = fn()
+        except BaseException as err:
+            broadcast_object(("err", isinstance(err, ScenarioError), str(err)))
+            raise
+        broadcast_object(("ok", value, None))
+        return value
+    kind, value, msg = broadcast_object(None)
+    if kind == "err":
+        raise (ScenarioError if value else RuntimeError)(msg)
+    return value
+
+
+def _collective_device() -> torch.device | None:
+    dist = _dist()
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
+
+
+def train_cohort_sharded(
+    work,
+    spec,
+    params: Tensors,
+    tasks: Sequence[Task],
+    *,
+    round_lr: float,
+    seed: int,
+    chunk: int,
+    **kw,
+) -> CohortResult:
+    """:func:`train_cohort` over all ranks: same arguments, same result on every rank.
+
+    Each rank trains the tasks :func:`lpt_assign` gives it; one ``all_gather`` of the packed
+    per-client rows (deltas and v_hat in the parameter dtype, losses in float64) puts every
+    client's result back in task order on every rank.
+    """
+    rank, size = world()
+    if size == 1:
+        return train_cohort(work, spec, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
+    n = len(tasks)
+    steps = [t.steps for t in tasks]
+    lrs = [round_lr * spec.lr_decay**k for k in range(max(steps, default=0))]
+    lrs_ratio = [lr / round_lr for lr in lrs]  # exactly as train_cohort computes them
+    if n == 0:
+        return train_cohort(work, spec, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
+    groups = lpt_assign([float(s) for s in steps], size)
+    mine = groups[rank]
+    local = train_cohort(work, spec, params, [tasks[j] for j in mine], round_lr=round_lr, seed=seed, chunk=chunk, **kw)
+    names = list(params)
+    with_vhat = spec.solver == "amsgrad"
+    dev = next(iter(params.values())).device
+    dtype = next(iter(params.values())).dtype
+    sizes = [params[k].numel() for k in names]
+    width = sum(sizes) * (2 if with_vhat else 1)
+    rows = max(len(g) for g in groups)
+    packed = torch.zeros((rows, width), dtype=dtype, device=dev)
+    losses = torch.zeros(rows, dtype=torch.float64, device=dev)
+    if mine:
+        parts = [local.deltas[k].reshape(len(mine), -1) for k in names]
+        if with_vhat:
+            parts += [local.vhat[k].reshape(len(mine), -1) for k in names]
+        packed[: len(mine)] = torch.cat(parts, dim=1)
+        losses[: len(mine)] = local.loss.to(dev)
+    dist = _dist()
+    all_packed = [torch.empty_like(packed) for _ in range(size)]
+    all_losses = [torch.empty_like(losses) for _ in range(size)]
+    dist.all_gather(all_packed, packed)
+    dist.all_gather(all_losses, losses)
+    # back to task order: row i of rank r's block is task groups[r][i]
+    where = torch.empty(n, dtype=torch.long)
+    for r, g in enumerate(groups):
+        for i, j in enumerate(g):
+            where[j] = r * rows + i
+    flat = torch.cat(all_packed)[where.to(dev)]
+    loss = torch.cat(all_losses)[where.to(dev)].cpu()
+    cols = flat.split(sizes * (2 if with_vhat else 1), dim=1)
+    deltas = {k: c.reshape((n,) + params[k].shape) for k, c in zip(names, cols[: len(names)])}
+    vhat = None
+    if with_vhat:
+        vhat = {k: c.reshape((n,) + params[k].shape) for k, c in zip(names, cols[len(names):])}
+    return CohortResult(
+        clients=tuple(t.client for t in tasks),
+        deltas=deltas,
+        a_norm=a_norm(spec, steps, lrs_ratio, lr=round_lr),
+        steps=torch.tensor(steps, dtype=torch.float64),
+        loss=loss,
+        vhat=vhat,
+    )
