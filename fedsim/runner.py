@@ -114,6 +114,8 @@ def run(
         _fault(f"round:{plan.round}")
         nxt = plan.round + 1
         if main and every and nxt % every == 0 and nxt < sc.rounds:
+            rounds_w.sync()  # the rows a checkpoint refers to are on disk before it is
+            clients_w.sync()
             sizes = {n: (out / n).stat().st_size for n in ("rounds.csv", "clients.csv")}
             save_checkpoint(out, {"next_round": nxt, "table_sizes": sizes, "sim": sim.state_dict()})
 
@@ -134,6 +136,9 @@ class _NoWriter:
     """The run-folder writers of ranks other than 0 (they write nothing)."""
 
     def write(self, rows) -> None:
+        pass
+
+    def sync(self) -> None:
         pass
 
     def close(self) -> None:

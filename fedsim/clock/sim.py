@@ -101,7 +101,7 @@ class Simulation:
         self.clock = clock
         self.cfg = clock.round_cfg
         self.log = log
-        self.env = simpy.Environment()
+        self.env = simpy.Environment(initial_time=0.0)  # float times in every row
         self.m = clock.num_clients
         self.online = [tl.initial for tl in clock.timelines]
         self.busy: list[_Run | None] = [None] * self.m

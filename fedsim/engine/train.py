@@ -242,8 +242,10 @@ def train_cohort(
 
     Tasks are sorted by steps (longest first) and cut into balanced chunks of at most ``chunk``
     clients; each chunk is stepped together (``_run_chunk``). ``chunk = 1`` is the
-    one-client-at-a-time loop. The result does not depend on ``chunk`` (up to floating-point
-    rounding of batched kernels; tests/test_batched_equivalence.py).
+    one-client-at-a-time loop. Without dropout the result does not depend on ``chunk`` (up to
+    floating-point rounding of batched kernels; tests/test_batched_equivalence.py). With dropout
+    every client gets independent masks, drawn from a generator seeded per chunk, so the exact
+    masks (not their distribution) depend on how clients are chunked.
     """
     n = len(tasks)
     order = sorted(range(n), key=lambda j: (-tasks[j].steps, j))
