@@ -230,3 +230,37 @@ def test_no_host_round_trip_in_the_step_loop():
             src = src[src.index("for k in range(tmax)") : src.index("done_x.append(x)")]
         for bad in (".item(", ".cpu(", ".tolist(", ".numpy(", "float(", "int(loss", "bool("):
             assert bad not in src, f"{fn.__qualname__} calls {bad}"
+
+
+def test_vgg11_dropout_masks_do_not_depend_on_chunking():
+    """Each client's dropout masks are keyed by (seed, client, key, step): chunk 1 == chunk 3."""
+    from fedsim.models.dropout import KeyedDropout
+
+    sc = parse_scenario({
+        "data": {"name": "cifar10", "clients": 3, "standin": True, "n_train": 64, "n_test": 4},
+        "model": {"name": "vgg11"},
+        "round": {"policy": "wait", "local_steps": 1},
+        "engine": {"threads": 1},
+    })
+    work = build_workload(sc, torch.device("cpu"), torch.float64)
+    work.module.train()
+    spec = replace(spec_for("fedavg"), batch_size=4)
+    tasks = [Task(0, 2, 7), Task(1, 1, 7), Task(2, 2, 7)]  # unequal tau_i
+    runs = {chunk: train_cohort(work, spec, dict(work.init_params), tasks, round_lr=0.05, seed=3, chunk=chunk)
+            for chunk in (1, 3)}
+    assert sum(isinstance(m, KeyedDropout) for m in work.module.modules()) == 2
+    close(runs[1].deltas, runs[3].deltas, 1e-10, "vgg11 deltas")
+    assert torch.allclose(runs[1].loss, runs[3].loss, rtol=1e-10)
+    # same data, same model, two clients: their masks (hence gradients) differ
+    params = {k: v.unsqueeze(0).expand((2,) + v.shape).clone() for k, v in work.init_params.items()}
+    xb, yb = work.x_train[:4].expand(2, *work.x_train[:4].shape), work.y_train[:4].expand(2, 4)
+    sites = T.dropout_plan(work)
+    size = T.noise_size(sites, 4)
+    noise = torch.stack([torch.rand(size, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+                         for s in (1, 2)])
+    g, _ = cohort_grad(work, sites)(params, xb, yb, noise)
+    assert not torch.equal(g["classifier.1.weight"][0], g["classifier.1.weight"][1])
+    g1, _ = cohort_grad(work, sites)({k: v[1:] for k, v in params.items()}, xb[1:], yb[1:], noise[1:])
+    close({k: v[1:] for k, v in g.items()}, g1, 1e-10, "client 1 alone")
+    work.module.eval()  # dropout off: no noise drawn, the same model for any masks
+    assert T.dropout_plan(work) is None

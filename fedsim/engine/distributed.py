@@ -11,8 +11,8 @@ evaluates and writes the run folder; the other ranks write nothing.
 
 Results match a single process: the same clients do the same steps from the same model with the
 same minibatches, and the server sees the same rows in the same order (float64 runs are
-bit-identical in the tests; a model with dropout draws different masks, because a chunk seeds
-its dropout stream from its first client).
+bit-identical in the tests; dropout masks are keyed by (seed, client, key, step), so they do not
+depend on the split either).
 
 Across nodes use torchrun's usual flags (``--nnodes``, ``--node_rank``, ``--rdzv-endpoint``); rank
 0's node holds the run folder. ``--resume`` reads the checkpoint on rank 0 and broadcasts it.

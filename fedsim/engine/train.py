@@ -2,19 +2,22 @@
 
 A chunk stacks the global parameters once per client (leading client dimension) and computes every
 client's minibatch gradient in one call: plain Linear/ReLU stacks (logreg, MLP) by a hand-batched
-forward (``baddbmm``), any other model by ``vmap(functional_call)`` with independent dropout per
-client (``randomness="different"``); the backward pass is one ``autograd.grad`` of the sum of the
-clients' (independent) mean losses, which is exactly each client's own gradient. One chunk holds
-clients with unequal tau_i: jobs are sorted by step count (longest first) before chunking, and a
-client whose steps are done *retires* from the chunk with its whole solver state (parameters,
-momentum, Adam moments, v_hat), so later steps neither touch nor compute for it -- the same result
-as masking the whole state update, without the padding work. ``clients_per_batch = 1`` is the
-one-client-at-a-time loop (no ``vmap``; conv nets call the module directly).
+forward (``baddbmm``), any other model by ``vmap(functional_call)`` with dropout masks from noise
+drawn per client (keyed by seed, client, key; ``fedsim.models.dropout``); the backward pass is one
+``autograd.grad`` of the sum of the clients' (independent) mean losses, which is exactly each
+client's own gradient. One chunk holds clients with unequal tau_i: jobs are sorted by step count
+(longest first) before chunking, and a client whose steps are done *retires* from the chunk with
+its whole solver state (parameters, momentum, Adam moments, v_hat), so later steps neither touch
+nor compute for it -- the same result as masking the whole state update, without the padding work.
+``clients_per_batch = 1`` is the one-client-at-a-time loop (no ``vmap``; conv nets call the module
+directly).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -26,6 +29,7 @@ from torch.func import vmap
 
 from ..algorithms.local import a_norm, init_state, local_step
 from ..algorithms.spec import AlgoSpec
+from ..models.dropout import dropout_noise, keyed_dropout_sites, site_shapes
 from ..rng import seed_int, stream
 from .augment import augment_batch, augment_draws
 from .workload import Workload
@@ -195,34 +199,92 @@ def stacked_forward(module: nn.Module | None) -> Callable[[Tensors, torch.Tensor
     return forward
 
 
-def cohort_grad(work: Workload) -> Callable[[Tensors, torch.Tensor, torch.Tensor], tuple[Tensors, torch.Tensor]]:
-    """``g(stacked params, xb (C, B, ...), yb (C, B)) -> (per-client grads, per-client loss (C,))``.
+Sites = list  # [(KeyedDropout module, per-sample input shape)] in forward order
+
+
+def _split_noise(u: torch.Tensor, b: int, sites: Sites) -> dict:
+    """One client's flat step noise (S,) -> {dropout module: noise (B, *shape)}, sites in order."""
+    out, off = {}, 0
+    for m, shape in sites:
+        n = b * math.prod(shape)
+        out[m] = u[off : off + n].view((b,) + tuple(shape))
+        off += n
+    return out
+
+
+def noise_size(sites: Sites, batch_size: int) -> int:
+    """Entries of one client's dropout noise for one step (all sites, whole minibatch)."""
+    return batch_size * sum(math.prod(shape) for _, shape in sites)
+
+
+def cohort_grad(
+    work: Workload, sites: Sites | None = None
+) -> Callable[..., tuple[Tensors, torch.Tensor]]:
+    """``g(stacked params, xb (C, B, ...), yb (C, B), noise=None) -> (per-client grads, per-client loss (C,))``.
 
     The workload's closed form when it has one (quadratic); otherwise the gradient of
     ``sum_c loss_c`` (cross-entropy, mean over the client's minibatch) with respect to the stacked
     parameters, whose row c is exactly client c's gradient because the losses are independent.
-    Equal to ``vmap(grad_and_value(work.loss), randomness="different")`` (tested).
+    Equal to ``vmap(grad_and_value(work.loss), randomness="different")`` (tested). With ``sites``
+    (the model's dropout sites, ``fedsim.models.dropout``) and ``noise`` (C, S) uniform noise,
+    client c's dropout masks are ``noise[c] >= p`` (site by site, ``noise_size``), the same
+    whether the client is stepped alone or batched; without noise dropout draws from torch's
+    generator, independently per client.
     """
     if work.batched_grad is not None:
-        return work.batched_grad
+        return lambda params, xb, yb, noise=None: work.batched_grad(params, xb, yb)
     fwd = stacked_forward(work.module)
     if fwd is None:
-        vfwd = vmap(work.predict, randomness="different")
+        predict = work.predict
 
-        def fwd(params: Tensors, xb: torch.Tensor) -> torch.Tensor:
+        def keyed(params: Tensors, xb: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+            with dropout_noise(_split_noise(u, xb.shape[0], sites)):
+                return predict(params, xb)
+
+        vfwd = vmap(predict, randomness="different")
+        vkeyed = vmap(keyed, randomness="different")
+
+        def fwd(params: Tensors, xb: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
             if xb.shape[0] == 1:  # one client: the module itself, no batching rules
-                return work.predict({k: v[0] for k, v in params.items()}, xb[0]).unsqueeze(0)
-            return vfwd(params, xb)
+                p1 = {k: v[0] for k, v in params.items()}
+                out = predict(p1, xb[0]) if noise is None else keyed(p1, xb[0], noise[0])
+                return out.unsqueeze(0)
+            return vfwd(params, xb) if noise is None else vkeyed(params, xb, noise)
+    else:
+        stacked = fwd
 
-    def grad_fn(params: Tensors, xb: torch.Tensor, yb: torch.Tensor) -> tuple[Tensors, torch.Tensor]:
+        def fwd(params: Tensors, xb: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+            return stacked(params, xb)  # Linear/ReLU stacks have no dropout
+
+    def grad_fn(params: Tensors, xb: torch.Tensor, yb: torch.Tensor, noise: torch.Tensor | None = None):
         leaves = [v.detach().requires_grad_(True) for v in params.values()]
         with torch.enable_grad():
-            logits = fwd(dict(zip(params, leaves)), xb)
+            logits = fwd(dict(zip(params, leaves)), xb, noise)
             loss = F.cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view(yb.shape).mean(1)
             grads = torch.autograd.grad(loss.sum(), leaves, materialize_grads=True)
         return dict(zip(params, grads)), loss.detach()
 
     return grad_fn
+
+
+#: Per client, dropout noise is drawn this many bytes' worth of steps at a time (at least one step).
+NOISE_BLOCK_BYTES = 1 << 20
+
+_SITES: "weakref.WeakKeyDictionary[nn.Module, Sites]" = weakref.WeakKeyDictionary()
+
+
+def dropout_plan(work: Workload) -> Sites | None:
+    """The workload model's dropout sites with their per-sample activation shapes, or None when it
+    has no dropout in training mode. Plain ``nn.Dropout`` layers become ``KeyedDropout`` (in
+    place); shapes come from one dry forward on one training sample (cached per module)."""
+    mods = keyed_dropout_sites(work.module) if work.module is not None else []
+    if not any(m.training for m in mods):
+        return None
+    sites = _SITES.get(work.module)
+    if sites is None:
+        sites = site_shapes(lambda xb: work.predict(work.init_params, xb), work.x_train[0])
+        _SITES[work.module] = sites
+    return sites or None
 
 
 def train_cohort(
@@ -242,10 +304,13 @@ def train_cohort(
 
     Tasks are sorted by steps (longest first) and cut into balanced chunks of at most ``chunk``
     clients; each chunk is stepped together (``_run_chunk``). ``chunk = 1`` is the
-    one-client-at-a-time loop. Without dropout the result does not depend on ``chunk`` (up to
-    floating-point rounding of batched kernels; tests/test_batched_equivalence.py). With dropout
-    every client gets independent masks, drawn from a generator seeded per chunk, so the exact
-    masks (not their distribution) depend on how clients are chunked.
+    one-client-at-a-time loop. The result does not depend on ``chunk`` (up to floating-point
+    rounding of batched kernels; tests/test_batched_equivalence.py), with dropout too: each
+    client's masks come from uniform noise drawn from its own stream ``(seed, "dropout", client,
+    key)`` (a ``torch.Generator`` on the training device, ``NOISE_BLOCK_BYTES`` of steps at a
+    time) and fed to the forward as a batched input (``fedsim.models.dropout``), so they are a
+    function of (seed, client, key, step) only -- the same for any chunking or torchrun rank
+    count. Models without dropout (or in eval mode) draw no noise.
     """
     n = len(tasks)
     order = sorted(range(n), key=lambda j: (-tasks[j].steps, j))
@@ -253,14 +318,14 @@ def train_cohort(
     lrs = [round_lr * spec.lr_decay**k for k in range(max_steps)]
     if work.x_train.device.type == "cpu":
         tune_allocator()
-    grad_fn = cohort_grad(work)
-    rng = work.module is not None and any(isinstance(m, nn.modules.dropout._DropoutNd) for m in work.module.modules())
+    sites = dropout_plan(work)
+    grad_fn = cohort_grad(work, sites)
     pieces = []
     size = -(-n // -(-n // chunk)) if n else 1  # balanced: ceil(n / number of chunks)
     for start in range(0, n, size):
         chunk_tasks = [tasks[j] for j in order[start : start + size]]
         pieces.append(
-            _run_chunk(work, spec, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, rng)
+            _run_chunk(work, spec, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites)
         )
     steps = [t.steps for t in tasks]
     ratios = [lr / round_lr for lr in lrs]
@@ -290,7 +355,7 @@ def _stack(t: Tensors, c: int) -> Tensors:
     return {k: v.unsqueeze(0).expand((c,) + v.shape).clone() for k, v in t.items()}
 
 
-def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, rng):
+def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites):
     """Steps of one chunk (tasks sorted by steps, longest first): (deltas, mean loss, v_hat)."""
     c = len(tasks)
     dev = work.x_train.device
@@ -320,12 +385,15 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
     if work.augment:  # per-client draws keyed (seed, "augment", client, key): chunking-invariant
         draws = [augment_draws(stream(seed, "augment", t.client, t.key), (tmax, bs)) for t in tasks]
         aug = [torch.as_tensor(np.stack([d[i] for d in draws]), device=dev) for i in range(3)]
-    if rng:  # dropout: one draw per chunk start (torch.manual_seed would also seed every CUDA device)
-        s = seed_int(seed, "dropout", tasks[0].client, tasks[0].key)
-        torch.default_generator.manual_seed(s)
-        if dev.type == "cuda":
-            index = dev.index if dev.index is not None else torch.cuda.current_device()
-            torch.cuda.default_generators[index].manual_seed(s)
+    gens = []
+    if sites:  # dropout: each client's noise from its own stream, blocks of `blk` steps (chunking-invariant)
+        size = noise_size(sites, bs)
+        blk = max(1, NOISE_BLOCK_BYTES // (size * work.x_train.element_size()))
+        for t in tasks:
+            g = torch.Generator(device=dev)
+            g.manual_seed(seed_int(seed, "dropout", t.client, t.key))
+            gens.append(g)
+    noise_all = noise = None
     step_loss = None  # (tmax, c) minibatch losses, summed once at the end
     # live[k] = clients still stepping at step k: a prefix of the chunk (host ints, no device sync)
     live_at = np.searchsorted(-np.asarray(steps), -np.arange(tmax), side="left")
@@ -349,7 +417,13 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
             xb, yb = work.x_train[ib], work.y_train[ib]
         if aug is not None:
             xb = augment_batch(xb, aug[0][:a, k], aug[1][:a, k], aug[2][:a, k], fill=work.pad_fill)
-        grads, loss = grad_fn(x, xb, yb)
+        if gens:
+            if k % blk == 0:  # every live client draws its next block (full blocks: same stream for any tau_i)
+                noise_all = torch.empty((a, blk, size), dtype=work.x_train.dtype, device=dev)
+                for row in range(a):
+                    torch.rand((blk, size), generator=gens[row], dtype=noise_all.dtype, device=dev, out=noise_all[row])
+            noise = noise_all[:a, k % blk]
+        grads, loss = grad_fn(x, xb, yb, noise)
         x, st = local_step(spec, x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
         if step_loss is None:
             step_loss = torch.zeros((tmax, c), dtype=loss.dtype, device=dev)
