@@ -10,7 +10,8 @@ as FedML / FedNova's reference code do) for reference.
 
 Cohorts have unequal work: tau_i spread evenly from S/2 to S (the engine retires clients whose
 steps are done, so padding costs nothing). Threads follow the engine's rule
-(``fedsim.engine.run.default_threads``: 1 for small models, torch's default for conv nets); where
+(``fedsim.engine.run.default_threads``: one thread for a small model stepped one client at a
+time, the thread budget for batched chunks and conv nets); where
 that is fewer than the machine's cores, the ``*_allcores`` columns repeat auto and one-at-a-time
 with ``engine.threads`` = every core (``ratio_allcores`` = auto on every core / the better of the
 two one-at-a-time runs).
@@ -33,7 +34,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fedsim.engine.run import build_simulation
+from fedsim.engine.run import build_simulation, default_threads
 from fedsim.engine.train import Task, batch_indices, train_cohort
 from fedsim.scenario import parse_scenario
 
@@ -99,24 +100,31 @@ def measure(case: str, reps: int, device: str) -> dict:
         return time.perf_counter()
 
     auto = min(sim.chunk, n)  # engine.clients_per_batch: auto
+
+    def engine_threads(chunk, fn):  # each mode under the engine's own thread rule (default_threads)
+        def run():
+            torch.set_num_threads(default_threads(work, chunk))
+            fn()
+        return run
+
     runs = {
-        "auto": lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0, chunk=auto),
-        "cohort": lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0, chunk=n),
-        "one": lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0, chunk=1),
-        "torch_loop": lambda: torch_loop(work, spec, params, tasks, spec.lr, 0),
+        "auto": engine_threads(auto, lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,
+                                                          chunk=auto)),
+        "cohort": engine_threads(n, lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,
+                                                         chunk=n)),
+        "one": engine_threads(1, lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,
+                                                      chunk=1)),
+        "torch_loop": engine_threads(1, lambda: torch_loop(work, spec, params, tasks, spec.lr, 0)),
     }
     if auto in (1, n):  # the same run as "one" or "cohort": measured once
         del runs["auto"]
-    threads = torch.get_num_threads()  # the engine's rule (default_threads)
+    threads = default_threads(work, auto)  # the engine's rule for the batched mode
     cores = os.cpu_count() or 1
     if not cuda and threads < cores:  # the same engine with engine.threads = every core
         def with_cores(fn):
             def run():
                 torch.set_num_threads(cores)
-                try:
-                    fn()
-                finally:
-                    torch.set_num_threads(threads)
+                fn()
             return run
 
         runs["auto_allcores"] = with_cores(lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,

@@ -7,9 +7,11 @@ hands rows to the run-folder writers.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import islice
 from pathlib import Path
 
@@ -68,6 +70,11 @@ class Simulation:
     server: ServerState
     chunk: int
 
+    @cached_property
+    def client_p(self) -> dict[int, float]:
+        """p_i of every client (FedNova-VR's c = sum_j p_j c_j)."""
+        return {i: float(p) for i, p in enumerate(self.work.weights)}
+
     def step(self, plan: RoundPlan) -> tuple[dict, list[dict]]:
         """Execute one round plan; returns (round row, client rows)."""
         sc, spec, work = self.sc, self.spec, self.work
@@ -75,7 +82,7 @@ class Simulation:
         weights = round_weights(plan)
         done = [j for j in plan.jobs if j.client in weights and j.status == "completed"]
         tasks = [Task(j.client, j.steps, j.key) for j in done]
-        if work.module is not None:
+        if work.module is not None and not work.module.training:
             work.module.train()
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort  # torchrun: split over ranks
         res = train(
@@ -89,10 +96,10 @@ class Simulation:
         upd = RoundUpdate(
             clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps,
             lr=lr, num_clients=work.num_clients,
-            client_p={i: float(p) for i, p in enumerate(work.weights)}, vhat=res.vhat,
+            client_p=self.client_p, vhat=res.vhat,
         )
         self.params, self.server = server_apply(spec, self.params, self.server, upd)
-        a_of = {t.client: float(a) for t, a in zip(tasks, res.a_norm)}
+        a_of = dict(zip((t.client for t in tasks), res.a_norm.tolist()))
         client_rows = [
             dict(
                 round=plan.round, client=j.client, status=j.status, steps=j.steps,
@@ -143,11 +150,23 @@ class Simulation:
 _TORCH_THREADS = torch.get_num_threads()
 
 
-def default_threads(work: Workload) -> int:
-    """Documented rule: one CPU thread for small models (intra-op threading only adds overhead
-    on their tiny tensors, measured in benchmarks/), torch's default for conv nets."""
+def thread_budget() -> int:
+    """Intra-op threads this process may use: torch's default when fedsim was imported (a compare
+    worker lowers it first), shared among torchrun's local ranks."""
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(1, min(_TORCH_THREADS, (os.cpu_count() or 1) // local))
+
+
+def default_threads(work: Workload, chunk: int) -> int:
+    """Documented rule (measured in benchmarks/bench_engine.py): the closed-form quadratic and a
+    small model stepped one client at a time get one thread (intra-op threading only adds overhead
+    on their tiny tensors); conv nets and batched chunks of clients get the thread budget (the
+    batched 200-200 MLP step ran 1.3-1.6x faster on both cores of the 2-core machine, logistic
+    regression with 100 clients 1.2x)."""
+    if work.is_quadratic:
+        return 1
     conv = work.module is not None and any(isinstance(m, torch.nn.Conv2d) for m in work.module.modules())
-    return _TORCH_THREADS if conv else 1
+    return thread_budget() if (conv or chunk > 1) else 1
 
 
 def build_simulation(sc) -> tuple[Simulation, Clock]:
@@ -155,9 +174,13 @@ def build_simulation(sc) -> tuple[Simulation, Clock]:
     device = resolve_device(sc.engine.device)
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
     work = build_workload(sc, device, dtype)
-    torch.set_num_threads(sc.engine.threads or default_threads(work))
     spec = resolve(sc.algorithm)
-    chunk = auto_chunk(work, device) if sc.engine.clients_per_batch == "auto" else sc.engine.clients_per_batch
+    chunk = (
+        auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
+        if sc.engine.clients_per_batch == "auto"
+        else sc.engine.clients_per_batch
+    )
+    torch.set_num_threads(sc.engine.threads or default_threads(work, chunk))
     cls = Simulation
     if sc.round.policy == "async":  # FedBuff / FedAsync (fedsim/engine/async_run.py)
         from .async_run import AsyncSimulation as cls
