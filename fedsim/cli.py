@@ -128,21 +128,10 @@ COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "compare": _cmd_compare,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .scenario import ScenarioError
+    from .data.errors import DataNotFound
+    from .scenario import ScenarioError  # TraceError is one too
 
-    input_errors: tuple[type[BaseException], ...] = (UsageError, ScenarioError)
-    try:
-        from .data.errors import DataNotFound
-
-        input_errors += (DataNotFound,)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from .clock import TraceError
-
-        input_errors += (TraceError,)
-    except ImportError:  # pragma: no cover
-        pass
+    input_errors = (UsageError, ScenarioError, DataNotFound)
     try:
         args = _build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
