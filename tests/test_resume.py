@@ -108,3 +108,27 @@ def test_resume_refuses_other_scenario(reference, tmp_path, capsys):
     other.write_text(yaml.safe_dump({**BASE, "seed": 2}))
     assert main(["run", str(other), "--resume", str(ref), "--quiet"]) == 2
     assert "different scenario" in capsys.readouterr().err
+
+
+ASYNC = {
+    **BASE,
+    "name": "resume-async",
+    "rounds": 10,
+    "round": {"policy": "async", "concurrency": 4, "buffer": 2, "local_steps": 3},
+    "algorithm": {"name": "fedbuff", "lr": 0.05, "batch_size": 8, "server_opt": "adam"},
+    "checkpoint": {"every": 3},
+}
+
+
+@pytest.mark.parametrize("fault", ["round:7", "checkpoint:6"])
+def test_async_killed_then_resumed_identical(tmp_path, fault):
+    """The asynchronous policy too: in-flight model versions come back from the checkpoint."""
+    path = tmp_path / "async.yaml"
+    path.write_text(yaml.safe_dump(ASYNC))
+    ref = tmp_path / "ref"
+    assert main(["run", str(path), "--out", str(ref), "--quiet"]) == 0
+    out = tmp_path / "run"
+    killed = _cli(path, out, env={"FEDSIM_FAULT": fault})
+    assert killed.returncode == -signal.SIGKILL
+    assert main(["run", str(path), "--resume", str(out), "--quiet"]) == 0
+    _same(ref, out)
