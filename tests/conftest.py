@@ -16,3 +16,14 @@ def write_yaml(tmp_path):
         return p
 
     return _write
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny tensors: one intra-op thread is faster, and much faster on a shared, loaded CPU."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

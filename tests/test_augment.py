@@ -14,12 +14,7 @@ from fedsim.rng import stream
 PAD = 4
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def reference(img: np.ndarray, dx: int, dy: int, flip: bool, pad: int = PAD) -> np.ndarray:

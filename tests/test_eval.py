@@ -15,13 +15,7 @@ from fedsim.engine.workload import build_workload
 from fedsim.scenario import parse_scenario
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny tensors: one intra-op thread is faster, and much faster on a shared, loaded CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _work(model: str, n_test: int, seed: int = 1):
