@@ -11,6 +11,7 @@ its one "sample" e_i, so every local step is a full-gradient step.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -57,9 +58,9 @@ class Workload:
     def client_sizes(self) -> np.ndarray:
         return np.array([len(ix) for ix in self.client_indices], dtype=np.int64)
 
-    @property
+    @cached_property
     def sample_weights(self) -> torch.Tensor:
-        """Per training sample p_i / n_i: the global objective is sum_s w_s loss_s."""
+        """Per training sample p_i / n_i: the global objective is sum_s w_s loss_s (built once)."""
         w = np.zeros(self.x_train.shape[0], dtype=np.float64)
         for p, ix in zip(self.weights, self.client_indices):
             w[ix] = p / len(ix)
