@@ -27,6 +27,8 @@ import torch
 from ..algorithms.asynchronous import Arrivals, NormState, async_apply
 from ..algorithms.server import ServerState
 from ..clock import RoundPlan
+from . import distributed
+from .distributed import train_cohort_sharded
 from .run import Simulation, _to_device
 from .train import Task, train_cohort
 
@@ -71,7 +73,9 @@ class AsyncSimulation(Simulation):
                 raise RuntimeError(f"model version {v} was freed but job(s) still need it")
             x_v = self.versions[v]
             tasks = [Task(done[i].client, done[i].steps, done[i].key) for i in idx]
-            res = train_cohort(
+            # torchrun: every rank holds the same plan, so the groups (and collectives) match
+            train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
+            res = train(
                 work, spec, x_v, tasks, round_lr=spec.round_lr(v, sc.rounds), seed=sc.seed, chunk=self.chunk,
             )
             for row, i in enumerate(idx):
