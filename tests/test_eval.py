@@ -133,3 +133,34 @@ def test_train_loss_off_keeps_test_metrics(tmp_path):
     df = _digits_run(tmp_path, 3, 2, train_loss=False)
     assert df["train_loss"].isna().all()
     assert list(df["test_acc"].notna()) == [False, True, True]
+
+
+def test_evaluation_shared_over_ranks_is_bit_identical(monkeypatch):
+    """torchrun: batch b is evaluated on rank b mod world and the partial sums are exchanged;
+    emulated here with two ranks in one process. The totals equal one process's bit for bit."""
+    from fedsim.engine import distributed
+
+    work, params = _work("mlp", n_test=300)
+    monkeypatch.setattr(evaluate, "EVAL_BATCH", 64)  # 1 train batch, 5 test batches
+
+    def both():
+        return evaluate.global_objective(work, params), evaluate.test_metrics(work, params)
+
+    one = both()
+    rank = {"r": 0}
+    parts: dict[int, list] = {0: [], 1: []}
+    monkeypatch.setattr(distributed, "world", lambda: (rank["r"], 2))
+    monkeypatch.setattr(distributed, "all_reduce_sum", lambda t: parts[rank["r"]].append(t.clone()) or t)
+    for r in (0, 1):  # pass 1: what each rank contributes
+        rank["r"] = r
+        both()
+    test0, test1 = parts[0][1], parts[1][1]
+    assert torch.count_nonzero(test0[:, 0]) == 3 and torch.count_nonzero(test1[:, 0]) == 2  # batches 0,2,4 / 1,3
+    calls = iter(range(2))
+
+    def reduce(t):  # pass 2: the all_reduce hands every rank the sum of both contributions
+        i = next(calls)
+        return parts[0][i] + parts[1][i]
+
+    monkeypatch.setattr(distributed, "all_reduce_sum", reduce)
+    assert both() == one

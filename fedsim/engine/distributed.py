@@ -141,6 +141,14 @@ def agree(fn: Callable[[], Any]) -> Any:
     return value
 
 
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """Element-wise sum of ``t`` over all ranks (a new tensor on ``t``'s device)."""
+    dev = _collective_device()
+    buf = t.clone() if dev is None else t.to(dev)
+    _dist().all_reduce(buf)
+    return buf.to(t.device)
+
+
 def _collective_device() -> torch.device | None:
     dist = _dist()
     if dist.get_backend() == "nccl":

@@ -1,10 +1,18 @@
-"""Batched evaluation: global training objective and test loss / accuracy."""
+"""Batched evaluation: global training objective and test loss / accuracy.
+
+Data are cut into batches of ``EVAL_BATCH`` samples; under torchrun the batches are shared over
+the ranks (batch b on rank b mod world), their partial sums exchanged with one ``all_reduce``
+and added up in batch order on every rank, so the result is bit-identical to one process.
+"""
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from . import distributed
 from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
@@ -14,6 +22,21 @@ __all__ = ["global_objective", "test_metrics", "EVAL_BATCH"]
 EVAL_BATCH = 2048
 
 
+def _batch_sums(n: int, width: int, device, fn: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
+    """sum over batches [s, e) of ``fn(s, e)`` (float64, ``width`` values), batches split over ranks."""
+    rank, world = distributed.world()
+    batches = -(-n // EVAL_BATCH)
+    part = torch.zeros(batches, width, dtype=torch.float64, device=device)
+    for b in range(rank, batches, world):
+        part[b] = fn(b * EVAL_BATCH, min(n, (b + 1) * EVAL_BATCH))
+    if world > 1:
+        part = distributed.all_reduce_sum(part)  # every batch has one contributor: exact
+    total = torch.zeros(width, dtype=torch.float64, device=device)
+    for b in range(batches):  # batch order, as one process adds them
+        total += part[b]
+    return total
+
+
 @torch.no_grad()
 def global_objective(work: Workload, params: Tensors) -> float:
     """sum_i p_i F_i(x), F_i the client's mean loss over its training samples."""
@@ -21,12 +44,12 @@ def global_objective(work: Workload, params: Tensors) -> float:
         per = 0.5 * ((params["x"].unsqueeze(0) - work.x_train) ** 2).sum(1)
         return float((torch.as_tensor(work.weights, dtype=per.dtype, device=per.device) * per).sum())
     w = work.sample_weights
-    total = torch.zeros((), dtype=torch.float64, device=w.device)
-    for s in range(0, work.x_train.shape[0], EVAL_BATCH):
-        xb, yb = work.x_train[s : s + EVAL_BATCH], work.y_train[s : s + EVAL_BATCH]
-        losses = F.cross_entropy(work.predict(params, xb), yb, reduction="none")
-        total += (losses.double() * w[s : s + EVAL_BATCH]).sum()
-    return float(total)
+
+    def batch(s: int, e: int) -> torch.Tensor:
+        losses = F.cross_entropy(work.predict(params, work.x_train[s:e]), work.y_train[s:e], reduction="none")
+        return (losses.double() * w[s:e]).sum().reshape(1)
+
+    return float(_batch_sums(work.x_train.shape[0], 1, w.device, batch)[0])
 
 
 @torch.no_grad()
@@ -34,12 +57,13 @@ def test_metrics(work: Workload, params: Tensors) -> tuple[float, float]:
     """(test loss, test accuracy) on the test split; NaN when there is none."""
     if work.x_test is None or work.predict is None or work.x_test.shape[0] == 0:
         return float("nan"), float("nan")
-    loss = torch.zeros((), dtype=torch.float64, device=work.x_test.device)
-    correct = 0
     n = work.x_test.shape[0]
-    for s in range(0, n, EVAL_BATCH):
-        xb, yb = work.x_test[s : s + EVAL_BATCH], work.y_test[s : s + EVAL_BATCH]
-        logits = work.predict(params, xb)
-        loss += F.cross_entropy(logits, yb, reduction="sum").double()
-        correct += int((logits.argmax(1) == yb).sum())
-    return float(loss) / n, correct / n
+
+    def batch(s: int, e: int) -> torch.Tensor:
+        logits = work.predict(params, work.x_test[s:e])
+        yb = work.y_test[s:e]
+        loss = F.cross_entropy(logits, yb, reduction="sum").double()
+        return torch.stack([loss, (logits.argmax(1) == yb).sum().double()])
+
+    loss, correct = _batch_sums(n, 2, work.x_test.device, batch).tolist()
+    return loss / n, int(correct) / n

@@ -132,8 +132,7 @@ class Simulation:
         return all(bool(torch.isfinite(v).all()) for v in self.params.values())
 
     def evaluate(self, row: dict) -> dict:
-        if not distributed.is_main():  # torchrun: rank 0 evaluates and writes; the others skip it
-            return row
+        """Evaluation metrics into ``row`` (under torchrun every rank takes its share of batches)."""
         work = self.work
         if work.module is not None:
             work.module.eval()
