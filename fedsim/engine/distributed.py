@@ -6,8 +6,9 @@ round, the clients that report are split over the ranks, longest job first by ex
 (LPT: a job's cost is its step count; the next longest job goes to the least loaded rank). Each
 rank trains its share with :func:`fedsim.engine.train.train_cohort` and the per-client results
 (deltas, v_hat, losses) are combined with one ``all_gather`` (gloo on CPU, NCCL on GPU), so every
-rank holds the whole cohort's results in task order and runs the identical server update. Rank 0
-evaluates and writes the run folder; the other ranks write nothing.
+rank holds the whole cohort's results in task order and runs the identical server update.
+Evaluation batches are shared the same way (:mod:`fedsim.engine.evaluate`). Rank 0
+writes the run folder; the other ranks write nothing.
 
 Results match a single process: the same clients do the same steps from the same model with the
 same minibatches, and the server sees the same rows in the same order (float64 runs are
