@@ -10,7 +10,7 @@ as FedML / FedNova's reference code do) for reference.
 
 Cohorts have unequal work: tau_i spread evenly from S/2 to S (the engine retires clients whose
 steps are done, so padding costs nothing). Threads follow the engine's rule
-(``fedsim.engine.run.default_threads``: one thread for a small model stepped one client at a
+(``fedsim.engine.threads.default_threads``: one thread for a small model stepped one client at a
 time, the thread budget for batched chunks and conv nets); where
 that is fewer than the machine's cores, the ``*_allcores`` columns repeat auto and one-at-a-time
 with ``engine.threads`` = every core (``ratio_allcores`` = auto on every core / the better of the
@@ -34,7 +34,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fedsim.engine.run import build_simulation, default_threads
+from fedsim.engine.run import build_simulation
+from fedsim.engine.threads import default_threads
 from fedsim.engine.train import Task, batch_indices, train_cohort
 from fedsim.scenario import parse_scenario
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .clock import STATUSES, Clock, RoundTable
+from .clock import STATUSES, RoundTable
 from .report.tables import CLIENT_COLUMNS, fmt
+from .run.clock import build_clock
 from .runner import prepare_folder
 from .scenario import Scenario
 
@@ -47,8 +48,7 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False) -> None:
     out = Path(out)
     prepare_folder(sc, out, force=force)
     sizes, weights = client_sizes_and_weights(sc)
-    clock = Clock(sc.system, sc.round, seed=sc.seed, client_sizes=sizes, weights=weights,
-                  batch_size=sc.algorithm.batch_size)
+    clock = build_clock(sc, sizes, weights)
     with open(out / "rounds.csv", "w", encoding="utf-8", newline="") as fr, \
             open(out / "clients.csv", "w", encoding="utf-8", newline="") as fc:
         fr.write(",".join(SCHEDULE_ROUND_COLUMNS) + "\n")

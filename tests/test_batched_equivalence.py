@@ -209,7 +209,7 @@ def test_auto_chunk_rule(mlp64):
 
 
 def test_default_threads_rule(mlp64, monkeypatch):
-    from fedsim.engine import run as R
+    from fedsim.engine import threads as R
 
     monkeypatch.setattr(R, "_TORCH_THREADS", 8)
     monkeypatch.setattr(R.os, "cpu_count", lambda: 8)

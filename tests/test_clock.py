@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from fedsim.clock import STEP_GUARD, Clock, Job, RoundPlan, build_clock, whole_steps
+from fedsim.clock import STEP_GUARD, Clock, Job, RoundPlan, whole_steps
+from fedsim.run.clock import build_clock
 from fedsim.rng import stream
 from fedsim.scenario import (
     Constant,

@@ -43,7 +43,7 @@ Semantics (times in simulated seconds; L = ``system.latency`` per transfer):
   server's decisions; async events of one instant are processed in job key order.
 """
 
-from .clock import Clock, build_clock
+from .clock import Clock
 from .draws import STEP_GUARD, whole_steps
 from .plan import JOB_COLUMNS, STATUSES, Job, RoundPlan, RoundTable
 from .sim import ClockError
@@ -54,7 +54,6 @@ __all__ = [
     "RoundPlan",
     "RoundTable",
     "Clock",
-    "build_clock",
     "ClockError",
     "TraceError",
     "load_trace",

@@ -17,7 +17,7 @@ from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
 from .sim import Simulation
 from .trace import TraceRate, TraceTimeline, load_trace
 
-__all__ = ["Clock", "build_clock"]
+__all__ = ["Clock"]
 
 _COMPLETED, _DROPPED = STATUSES.index("completed"), STATUSES.index("dropped")
 
@@ -205,6 +205,8 @@ class Clock:
                 "staleness": np.zeros(n, dtype=np.int64),
                 "weight": np.asarray(weights, dtype=np.float64),
                 "count": np.asarray(counts, dtype=np.int64),
+                "download": np.zeros(n, dtype=np.float64),  # transfer seconds: filled by the device model
+                "upload": np.zeros(n, dtype=np.float64),
             }
             assert tuple(cols) == JOB_COLUMNS
             yield RoundTable(r, t_open, close, r + 1, cols)
@@ -234,23 +236,3 @@ def _timelines(availability: Any, m: int, seed: int) -> list:
     if len(availability) != m:
         raise ScenarioError(f"system.availability: needs one interval list per client ({m})")
     return [OfflineIntervals(iv) for iv in availability]
-
-
-def build_clock(
-    scenario: Any,
-    client_sizes: Sequence[int],
-    weights: Sequence[float] | None = None,
-    *,
-    fast: bool | None = None,
-) -> Clock:
-    """The clock of a :class:`~fedsim.scenario.Scenario`: its system, round policy, seed and
-    ``algorithm.batch_size`` (only for ``local_epochs``). Nothing else of the algorithm is read."""
-    return Clock(
-        scenario.system,
-        scenario.round,
-        seed=scenario.seed,
-        client_sizes=client_sizes,
-        weights=weights,
-        batch_size=scenario.algorithm.batch_size,
-        fast=fast,
-    )

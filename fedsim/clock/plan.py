@@ -15,7 +15,10 @@ __all__ = ["Job", "RoundPlan", "RoundTable", "STATUSES", "JOB_COLUMNS"]
 STATUSES = ("completed", "dropped", "offline", "failed")
 
 #: Column names of a job table (the fields of :class:`Job`, in order).
-JOB_COLUMNS = ("round", "client", "status", "steps", "start", "end", "key", "version", "staleness", "weight", "count")
+JOB_COLUMNS = (
+    "round", "client", "status", "steps", "start", "end", "key", "version", "staleness", "weight", "count",
+    "download", "upload",
+)
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class Job:
             count / q; async p_i.
         count: how many times the client was drawn (weighted sampling with replacement); 0 for
             offline rows, 1 otherwise.
+        download: seconds the model download took (0 when the job never started one).
+        upload: seconds the upload took (0 when the job never started one).
     """
 
     round: int
@@ -55,6 +60,8 @@ class Job:
     staleness: int = 0
     weight: float = 0.0
     count: int = 1
+    download: float = 0.0
+    upload: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,8 @@ class RoundPlan:
             (resolution time, ties by job key).
         min_live_version: after applying this plan, no future job needs a model version older
             than this (sync: ``round + 1``), so the engine may free older versions.
+        available: clients online when the round opened (async: when the update's first job
+            started).
     """
 
     round: int
@@ -76,6 +85,7 @@ class RoundPlan:
     close: float
     jobs: tuple[Job, ...]
     min_live_version: int = 0
+    available: int = 0
 
     @property
     def completed(self) -> tuple[Job, ...]:
@@ -86,7 +96,7 @@ class RoundPlan:
         """The same plan as numpy columns."""
         cols = {name: [getattr(j, name) for j in self.jobs] for name in JOB_COLUMNS}
         cols["status"] = [STATUSES.index(s) for s in cols["status"]]
-        return RoundTable(self.round, self.open, self.close, self.min_live_version, _arrays(cols))
+        return RoundTable(self.round, self.open, self.close, self.min_live_version, _arrays(cols), self.available)
 
 
 _DTYPES = {
@@ -101,6 +111,8 @@ _DTYPES = {
     "staleness": np.int64,
     "weight": np.float64,
     "count": np.int64,
+    "download": np.float64,
+    "upload": np.float64,
 }
 
 
@@ -118,6 +130,7 @@ class RoundTable:
     close: float
     min_live_version: int
     columns: dict[str, np.ndarray]
+    available: int = 0
 
     def __len__(self) -> int:
         return len(self.columns["client"])
@@ -131,4 +144,5 @@ class RoundTable:
         c = self.columns
         lists = [c[name].tolist() for name in JOB_COLUMNS]
         lists[2] = [STATUSES[s] for s in lists[2]]
-        return RoundPlan(self.round, self.open, self.close, tuple(map(Job, *lists)), self.min_live_version)
+        jobs = tuple(map(Job, *lists))
+        return RoundPlan(self.round, self.open, self.close, jobs, self.min_live_version, self.available)

@@ -20,11 +20,13 @@ import torch
 
 from ..algorithms.server import RoundUpdate, ServerState, client_correction, server_apply, server_init
 from ..algorithms.spec import AlgoSpec, resolve
-from ..clock import Clock, RoundPlan
+from ..clock import RoundPlan
+from ..run.clock import build_clock
 from .evaluate import global_objective, test_metrics
 from . import distributed
 from .distributed import train_cohort_sharded
 from .train import Task, auto_chunk, train_cohort
+from .threads import default_threads, thread_budget
 from .workload import Workload, build_workload, resolve_device
 
 Tensors = dict[str, torch.Tensor]
@@ -144,30 +146,6 @@ class Simulation:
         return row
 
 
-#: torch's own thread count, read before any simulation sets it (so a conv net built after a
-#: small model in the same process still gets torch's default, not the 1 set for the small one).
-_TORCH_THREADS = torch.get_num_threads()
-
-
-def thread_budget() -> int:
-    """Intra-op threads this process may use: torch's default when fedsim was imported (a compare
-    worker lowers it first), shared among torchrun's local ranks."""
-    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, min(_TORCH_THREADS, (os.cpu_count() or 1) // local))
-
-
-def default_threads(work: Workload, chunk: int) -> int:
-    """Documented rule (measured in benchmarks/bench_engine.py): the closed-form quadratic and a
-    small model stepped one client at a time get one thread (intra-op threading only adds overhead
-    on their tiny tensors); conv nets and batched chunks of clients get the thread budget (the
-    batched 200-200 MLP step ran 1.3-1.6x faster on both cores of the 2-core machine, logistic
-    regression with 100 clients 1.2x)."""
-    if work.is_quadratic:
-        return 1
-    conv = work.module is not None and any(isinstance(m, torch.nn.Conv2d) for m in work.module.modules())
-    return thread_budget() if (conv or chunk > 1) else 1
-
-
 def build_simulation(sc) -> tuple[Simulation, Clock]:
     """Workload, algorithm, server state and clock for scenario ``sc``."""
     device = resolve_device(sc.engine.device)
@@ -184,11 +162,7 @@ def build_simulation(sc) -> tuple[Simulation, Clock]:
     if sc.round.policy == "async":  # FedBuff / FedAsync (fedsim/engine/async_run.py)
         from .async_run import AsyncSimulation as cls
     sim = cls(sc, work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk)
-    clock = Clock(
-        sc.system, sc.round, seed=sc.seed, client_sizes=work.client_sizes,
-        weights=work.weights, batch_size=sc.algorithm.batch_size,
-    )
-    return sim, clock
+    return sim, build_clock(sc, work.client_sizes, work.weights)
 
 
 def simulate(sc, writers, *, progress=None, start_round: int = 0, sim: Simulation | None = None,
@@ -198,10 +172,7 @@ def simulate(sc, writers, *, progress=None, start_round: int = 0, sim: Simulatio
     if sim is None:
         sim, clock = build_simulation(sc)
     else:
-        clock = Clock(
-            sc.system, sc.round, seed=sc.seed, client_sizes=sim.work.client_sizes,
-            weights=sim.work.weights, batch_size=sc.algorithm.batch_size,
-        )
+        clock = build_clock(sc, sim.work.client_sizes, sim.work.weights)
     rounds_w, clients_w = writers
     last = {}
     diverged = False
