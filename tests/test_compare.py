@@ -12,6 +12,7 @@ import yaml
 
 import fedsim
 from fedsim import compare as cmp
+from fedsim.compare import execute
 from fedsim.cli import main
 from fedsim.report.summary import aggregate_seeds, rounds_to_target, run_summary, time_to_target
 from fedsim.scenario import ScenarioError
@@ -176,7 +177,7 @@ def fake_runner(monkeypatch):
             f.write(scenario_text)
         return {"rounds": sc["rounds"], "sim_time": 1.0, "test_acc": 0.5, "wall": 0.0}
 
-    monkeypatch.setattr(cmp, "_run_one", fake)
+    monkeypatch.setattr(execute, "run_one", fake)
     return calls
 
 

@@ -508,7 +508,7 @@ def _read_latency(folder: Path) -> float:
 
 def _collect(paths: Sequence[str | Path]):
     """Long rounds table and per-run records over all ``paths``; labels prefixed when several."""
-    from ..compare import find_runs, load_compare
+    from .results import find_runs, load_compare
 
     frames, runs, target = [], [], None
     for p in paths:

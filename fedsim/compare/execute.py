@@ -1,0 +1,204 @@
+"""Running a planned comparison: one run folder per (cell, seed), resumable, in parallel processes.
+
+Layout of the comparison folder ``OUT`` (docs/comparisons.md)::
+
+    OUT/compare.yaml              what was asked: base scenario, axes, seeds, target, one entry per run
+    OUT/<cell>/seed<k>/           one ordinary run folder per (cell, seed)
+    OUT/runs.csv                  one row per (cell, seed): cell keys, seed, metrics, folder
+    OUT/summary.csv               one row per cell: keys, seeds, reached, <metric>_mean, <metric>_std
+
+A cell whose folder already holds a complete run of the same resolved scenario is not run again,
+so an interrupted comparison resumes where it stopped and a new ``target`` only recomputes the
+tables. Cells run in parallel local processes (``jobs``, spawn start method).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+import yaml
+
+from ..progress import progress_bar
+from ..report.results import MANIFEST, run_complete, summarize
+from ..scenario import Scenario, ScenarioError, dump_scenario, parse_scenario, read_yaml
+from .plan import CompareRun, parse_grid, plan_compare
+
+__all__ = ["CompareResult", "run_compare", "run_one", "is_complete"]
+
+
+def is_complete(folder: str | Path, scenario: Scenario | None = None) -> bool:
+    """True when ``folder`` holds a finished run (of ``scenario``, if given); see ``run_complete``."""
+    return run_complete(folder, None if scenario is None else dump_scenario(scenario))
+
+
+def run_one(scenario_text: str, folder: str, threads: int | None) -> dict:
+    """Worker: run one (cell, seed) into its folder (top level so spawned processes can import it).
+
+    A folder holding an unfinished run of the same scenario is continued from its last checkpoint
+    (from the start when it has none); anything else there is replaced.
+    """
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    from ..runner import run
+
+    sc = parse_scenario(yaml.safe_load(scenario_text))
+    stored = Path(folder) / "scenario.yaml"
+    same = stored.is_file() and stored.read_text() == scenario_text
+    t0 = time.perf_counter()
+    s = run(sc, Path(folder), force=not same, resume=same, progress=False)
+    return {"rounds": s.rounds, "sim_time": s.sim_time, "test_acc": s.test_acc, "wall": time.perf_counter() - t0}
+
+
+@dataclass
+class CompareResult:
+    out: Path
+    runs: pd.DataFrame  # one row per (cell, seed)
+    summary: pd.DataFrame  # one row per cell
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def run_compare(
+    scenario: str | Path | dict,
+    *,
+    out: str | Path | None = None,
+    algorithms: Sequence[str] | None = None,
+    policies: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    grid: dict[str, list] | Sequence[str] | None = None,
+    overrides: Sequence[str] = (),
+    variants: Sequence[str] | None = None,
+    target: float | None = None,
+    jobs: int = 1,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+    progress: bool = False,
+) -> CompareResult:
+    """Run (or resume) a comparison and write its tables; see the module docstring for the layout.
+
+    Args:
+        scenario: path of the base scenario, or its raw mapping.
+        out: comparison folder (default ``runs/<name>-compare``).
+        algorithms, policies, seeds: axes (default: the base scenario's value, one entry).
+        grid: ``{dotted.key: [values]}`` or ``["key=v1,v2", ...]``, crossed with the other axes.
+        overrides: ``key=value`` applied to the base scenario before the grid (like ``--set``).
+        variants: names of the base scenario's ``variants`` to use (default all; each is an axis value).
+        target: test accuracy for time-to-target (None: that column stays empty).
+        jobs: parallel processes (1 runs in this process).
+        force: rerun cells even when complete.
+        log: called with one line per finished or skipped run (e.g. ``print``).
+        progress: show a progress bar over the runs to do on standard error when it is a terminal.
+    """
+    if isinstance(scenario, dict):
+        base_raw, base_dir, src = copy.deepcopy(scenario), None, None
+    else:
+        base_raw, base_dir, src = read_yaml(scenario), Path(scenario).resolve().parent, str(scenario)
+    if grid is not None and not isinstance(grid, dict):
+        grid = parse_grid(list(grid))
+    if jobs < 1:
+        raise ScenarioError("--jobs: must be >= 1")
+    out = Path(out) if out is not None else Path("runs") / f"{base_raw.get('name', 'run')}-compare"
+    runs, keys, notes = plan_compare(
+        base_raw, out=out, algorithms=algorithms, policies=policies, seeds=seeds, grid=grid,
+        overrides=overrides, variants=variants, base_dir=base_dir,
+    )
+    log = log or (lambda line: None)
+    for n in notes:
+        log(n)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides, variants)
+
+    todo, skipped = [], []
+    for r in runs:
+        if not force and is_complete(r.folder, r.scenario):
+            skipped.append(r.label)
+        else:
+            todo.append(r)
+    if skipped:
+        log(f"{len(skipped)} of {len(runs)} runs already complete in {out}, not run again")
+    ran, failed = [], []
+    threads = None
+    if jobs > 1 and len(todo) > 1:
+        threads = max(1, (os.cpu_count() or 1) // min(jobs, len(todo)))
+    total = len(todo)
+    bar = progress_bar(str(base_raw.get("name", "compare")), total, unit="run") if progress and total else None
+
+    def finished(r: CompareRun, res: dict | None, err: BaseException | None) -> None:
+        k = len(ran) + len(failed) + 1
+        if err is not None:
+            failed.append(f"{r.label}: {type(err).__name__}: {err}")
+            line = f"[{k}/{total}] {r.label}: FAILED {type(err).__name__}: {err}"
+        else:
+            ran.append(r.label)
+            acc = res["test_acc"]
+            acc_s = "" if acc != acc else f" acc {acc:.4f}"
+            line = f"[{k}/{total}] {r.label}: {res['rounds']} rounds, t_sim {res['sim_time']:.1f}s{acc_s} ({res['wall']:.1f}s)"
+        if bar is None:
+            log(line)
+            return
+        with bar.hidden():
+            log(line)
+        bar()
+
+    try:
+        if jobs == 1 or len(todo) <= 1:
+            for r in todo:
+                try:
+                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder), None), None)
+                except Exception as err:  # noqa: BLE001 - one failed cell must not lose the others
+                    finished(r, None, err)
+        else:
+            import multiprocessing as mp
+
+            ctx = mp.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
+                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder), threads): r for r in todo}
+                try:
+                    while pending:
+                        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                        for fut in done:
+                            r = pending.pop(fut)
+                            err = fut.exception()
+                            finished(r, None if err else fut.result(), err)
+                except KeyboardInterrupt:
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+    finally:
+        if bar is not None:
+            bar.close()
+    runs_df, summary_df = summarize(out, target)
+    return CompareResult(out, runs_df, summary_df, ran, skipped, failed, notes)
+
+
+def _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides, variants) -> None:
+    manifest = {
+        "scenario": src,
+        "target": None if target is None else float(target),
+        "keys": keys,
+        "axes": {
+            "algorithms": list(algorithms) if algorithms else None,
+            "policies": list(policies) if policies else None,
+            "variants": list(variants) if variants else None,
+            "seeds": sorted({r.seed for r in runs}),
+            "grid": {k: list(v) for k, v in (grid or {}).items()},
+            "set": list(overrides),
+        },
+        "runs": [
+            {"cell": r.cell.name, "seed": r.seed, "folder": str(r.folder.relative_to(out)), "keys": dict(r.cell.keys)}
+            for r in runs
+        ],
+    }
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    os.replace(tmp, out / MANIFEST)
