@@ -8,6 +8,7 @@ import types
 import typing
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from fedsim.scenario import Scenario
@@ -74,3 +75,15 @@ def test_local_links_resolve():
             if not target.exists() and not (target.parent == DOCS and target.name in others):
                 broken.append(f"{md.relative_to(ROOT)}: {link}")
     assert not broken, broken
+
+
+@pytest.mark.slow
+def test_readme_quickstart_table_is_what_the_quickstart_prints(tmp_path, capsys):
+    from fedsim.cli import main
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```\nrun ", 1)[1].split("```", 1)[0]
+    expected = [line.split()[:-1] for line in ("run " + block).strip().splitlines()]  # folder differs
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(tmp_path), "--quiet"]) == 0
+    printed = [line.split()[:-1] for line in capsys.readouterr().out.strip().splitlines()]
+    assert printed == expected
