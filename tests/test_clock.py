@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from fedsim.clock import STEP_GUARD, Clock, Job, RoundPlan, whole_steps
+from fedsim.clock import STEP_GUARD, Clock, Job, Population, RoundPlan, whole_steps
 from fedsim.run.clock import build_clock
 from fedsim.rng import stream
 from fedsim.scenario import (
@@ -31,8 +31,8 @@ def make(speed=1.0, latency=0.0, availability="always", slowdown=None, sizes=Non
          batch_size=32, fast=None, **round_kw) -> Clock:
     m = len(speed) if isinstance(speed, tuple) else len(sizes or weights or [1, 1])
     system = SystemConfig(speed=speed, latency=latency, availability=availability, slowdown=slowdown)
-    return Clock(system, RoundConfig(**round_kw), seed=seed, client_sizes=sizes or [1] * m, weights=weights,
-                 batch_size=batch_size, fast=fast)
+    return Clock(system.value(), RoundConfig(**round_kw).value(batch_size), Population.of(sizes or [1] * m, weights),
+                 seed=seed, fast=fast)
 
 
 def take(clock: Clock, n: int, log=None) -> list[RoundPlan]:
@@ -456,11 +456,15 @@ def test_round_table_roundtrip_and_job_defaults():
 
 
 def test_bad_configuration():
-    with pytest.raises(ScenarioError, match="round.window"):
-        make(policy="window")
-    with pytest.raises(ScenarioError, match="round.local_steps"):
-        make(policy="wait")
-    with pytest.raises(ScenarioError, match="round.concurrency"):
-        make(policy="async", local_steps=1)
-    with pytest.raises(ValueError, match="system.speed"):
-        Clock(SystemConfig(speed=(1.0, 2.0)), RoundConfig(window=1.0), seed=0, client_sizes=[1, 1, 1])
+    """Cross-field rules live in the scenario, which blames the key; the clock takes valid values."""
+    with pytest.raises(ScenarioError, match="^round.window: required"):
+        parse_scenario({"round": {"policy": "window"}})
+    with pytest.raises(ScenarioError, match="^round.local_steps: policy wait"):
+        parse_scenario({"round": {"policy": "wait"}})
+    with pytest.raises(ScenarioError, match="^round.concurrency: required"):
+        parse_scenario({"round": {"policy": "async", "local_steps": 1}, "algorithm": {"name": "fedbuff"}})
+    with pytest.raises(ScenarioError, match="^system.speed: needs one speed per client"):
+        parse_scenario({"data": {"clients": 3}, "system": {"speed": [1.0, 2.0]}, "round": {"window": 1.0}})
+    with pytest.raises(ValueError, match="one value per client"):
+        Clock(SystemConfig(speed=(1.0, 2.0)).value(), RoundConfig(window=1.0).value(32), Population.of([1, 1, 1]),
+              seed=0)

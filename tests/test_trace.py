@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsim.clock import Clock, ClockError, TraceError, load_trace
+from fedsim.clock import Clock, ClockError, Population, TraceError, load_trace
 from fedsim.scenario import RoundConfig, ScenarioError, SystemConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
 
 def clock(path, m: int, repeat: str = "cycle", latency: float = 0.5, **round_kw) -> Clock:
     system = SystemConfig(latency=latency, trace=str(path), trace_repeat=repeat)
-    return Clock(system, RoundConfig(**round_kw), seed=0, client_sizes=[1] * m)
+    return Clock(system.value(), RoundConfig(**round_kw).value(32), Population.of([1] * m), seed=0)
 
 
 def rows(ck: Clock, n: int) -> list[tuple]:
@@ -108,8 +108,8 @@ def test_long_job_spans_many_periods(tmp_path):
 def test_trace_replaces_speed_and_async_runs(tmp_path):
     path = write(tmp_path, TWO)
     system = SystemConfig(speed=100.0, latency=0.5, trace=str(path))
-    ck = Clock(system, RoundConfig(policy="async", local_steps=2, concurrency=2, buffer=1), seed=0,
-               client_sizes=[1, 1])
+    ck = Clock(system.value(), RoundConfig(policy="async", local_steps=2, concurrency=2, buffer=1).value(32),
+               Population.of([1, 1]), seed=0)
     plans = list(itertools.islice(ck.plans(), 20))
     assert ck.speeds.tolist() == pytest.approx([10 / 6, 2.0])
     assert {j.status for p in plans for j in p.jobs} == {"completed", "failed"}
@@ -143,8 +143,8 @@ def test_example_trace_is_the_scripts_output_and_runs():
     assert mod.render(mod.make_trace(), shown) == EXAMPLE.read_text()
     trace = load_trace(EXAMPLE, 8)
     assert len(trace.clients) == 8 and all(c.period == 2400 for c in trace.clients)
-    ck = Clock(SystemConfig(latency=1.0, trace=str(EXAMPLE)), RoundConfig(policy="window", window=30.0,
-               clients_per_round=4), seed=0, client_sizes=[1] * 8)
+    ck = Clock(SystemConfig(latency=1.0, trace=str(EXAMPLE)).value(),
+               RoundConfig(policy="window", window=30.0, clients_per_round=4).value(32), Population.of([1] * 8), seed=0)
     statuses = {j.status for p in itertools.islice(ck.plans(), 100) for j in p.jobs}
     assert {"completed", "offline"} <= statuses
 

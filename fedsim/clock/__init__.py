@@ -43,8 +43,9 @@ Semantics (times in simulated seconds; L = ``system.latency`` per transfer):
   server's decisions; async events of one instant are processed in job key order.
 """
 
-from .clock import Clock
+from .clock import MIN_SOJOURN, Clock
 from .draws import STEP_GUARD, whole_steps
+from .model import Population, RoundRule, System, WorkCost
 from .plan import JOB_COLUMNS, STATUSES, Job, RoundPlan, RoundTable
 from .sim import ClockError
 from .trace import TraceError, load_trace
@@ -54,6 +55,11 @@ __all__ = [
     "RoundPlan",
     "RoundTable",
     "Clock",
+    "System",
+    "RoundRule",
+    "Population",
+    "WorkCost",
+    "MIN_SOJOURN",
     "ClockError",
     "TraceError",
     "load_trace",

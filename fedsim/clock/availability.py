@@ -23,12 +23,12 @@ from fedsim.rng import stream
 
 from .draws import whole_steps
 
-__all__ = ["Always", "OfflineIntervals", "Markov", "ConstantRate"]
+__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "ConstantRate", "cycle_times"]
 
 INF = math.inf
 
 
-class Always:
+class AlwaysOnline:
     """Online all the time."""
 
     initial = True
@@ -63,7 +63,7 @@ class OfflineIntervals:
             yield e
 
 
-class Markov:
+class MarkovTimeline:
     """Two-state Markov availability: exponential online/offline sojourns with the given means.
 
     Stream ``("availability", client)``: the first uniform draw sets the initial state (online

@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Iterator, Sequence
+from typing import Iterator
 
 import numpy as np
 
+from fedsim.errors import ScenarioError
 from fedsim.rng import stream
-from fedsim.scenario import Constant, MarkovAvailability, RandInt, RoundConfig, ScenarioError, SystemConfig
 
-from .availability import Always, ConstantRate, Markov, OfflineIntervals
-from .draws import SLOWDOWN_FLOOR, base_speeds, draw, select, whole_steps
+from .availability import AlwaysOnline, ConstantRate, MarkovTimeline, OfflineIntervals
+from .draws import SLOWDOWN_FLOOR, per_client, select, whole_steps
+from .model import (
+    Always, Deadline, Epochs, Flops, Intervals, Markov, Population, RandInt, RoundRule, Speed, System,
+    Traced, Window, WorkCost,
+)
 from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
 from .sim import Simulation
 from .trace import TraceRate, TraceTimeline, load_trace
 
-__all__ = ["Clock"]
+__all__ = ["Clock", "MIN_SOJOURN"]
+
+#: Markov mean sojourns and cycled trace periods are at least this fraction of the shortest round.
+MIN_SOJOURN = 1e-4
 
 _COMPLETED, _DROPPED = STATUSES.index("completed"), STATUSES.index("dropped")
 
@@ -26,64 +33,114 @@ class Clock:
     """Decides who computes how much and when; never sees tensors.
 
     Args:
-        system: speeds, slowdown, latency, availability or a trace.
-        round_cfg: round policy, work, selection (and async concurrency / buffer).
+        system: compute, availability, slowdown, latency, network (:class:`~fedsim.clock.model.System`).
+        rule: round policy, prescribed work, step cap, selection (:class:`~fedsim.clock.model.RoundRule`).
+        population: n_i and p_i of the clients.
         seed: scenario seed; every draw is ``stream(seed, purpose, *keys)``.
-        client_sizes: n_i, for ``local_epochs`` (tau_i = floor(E n_i / B)) and default weights.
-        weights: p_i (default n_i / n), for weighted selection and raw aggregation weights.
-        batch_size: B, for ``local_epochs``.
+        cost: FLOPs of one local step and bytes transferred (needed by ``Flops`` compute and by a
+            ``Network``).
         fast: use the vectorised window path (None: whenever it applies, see :attr:`fast`).
 
-    The clock is a pure description: :meth:`plans` starts a fresh simulation at t = 0 on every call
-    and is a deterministic function of the arguments above. Resuming at plan k is
-    ``itertools.islice(clock.plans(), k, None)``.
+    The cross-field rules of the inputs are checked where they are validated
+    (:mod:`fedsim.scenario`). The clock is a pure description: :meth:`plans` starts a fresh
+    simulation at t = 0 on every call and is a deterministic function of the arguments above.
+    Resuming at plan k is ``itertools.islice(clock.plans(), k, None)``.
     """
 
     def __init__(
         self,
-        system: SystemConfig,
-        round_cfg: RoundConfig,
+        system: System,
+        rule: RoundRule,
+        population: Population,
         *,
         seed: int,
-        client_sizes: Sequence[int],
-        weights: Sequence[float] | None = None,
-        batch_size: int = 32,
+        cost: WorkCost | None = None,
         fast: bool | None = None,
     ):
-        self.system, self.round_cfg, self.seed = system, round_cfg, int(seed)
-        self.client_sizes = np.asarray(client_sizes, dtype=np.int64)
-        m = len(self.client_sizes)
-        if m == 0:
-            raise ValueError("the clock needs at least one client")
-        self.num_clients = m
-        p = self.client_sizes / self.client_sizes.sum() if weights is None else np.asarray(weights, dtype=np.float64)
-        if p.shape != (m,):
-            raise ValueError(f"weights: need one weight per client ({m})")
-        self.p = p
-        self.batch_size = int(batch_size)
+        self.system, self.rule, self.population, self.seed = system, rule, population, int(seed)
+        self.client_sizes = population.sizes
+        self.p = population.p
+        m = self.num_clients = len(population)
         self.latency = float(system.latency)
-        _check(round_cfg, m, self.latency)
+        needs_cost = isinstance(system.compute, Flops) or system.network is not None
+        if needs_cost and cost is None:
+            raise ValueError("system.compute flops / system.network need the model's WorkCost (cost=)")
 
-        if system.trace is not None:
-            trace = load_trace(system.trace, m)
-            self.rates = [TraceRate(t, system.trace_repeat) for t in trace.clients]
-            self.timelines = [TraceTimeline(t, system.trace_repeat) for t in trace.clients]
+        compute, availability = system.compute, system.availability
+        if isinstance(compute, Traced) or isinstance(availability, Traced):
+            tr = compute if isinstance(compute, Traced) else availability
+            trace = load_trace(tr.path, m)
+            self.rates = [TraceRate(t, tr.repeat) for t in trace.clients]
+            self.timelines = [TraceTimeline(t, tr.repeat) for t in trace.clients]
             self._speeds = np.array([t.mean_speed for t in trace.clients])
         else:
-            self._speeds = base_speeds(system.speed, m, self.seed)
+            if isinstance(compute, Speed):
+                self._speeds = per_client(compute.steps_per_second, m, self.seed, "speed")
+            else:
+                self._speeds = per_client(compute.flops, m, self.seed, "flops") / float(cost.step_flops)
             self.rates = [ConstantRate(s) for s in self._speeds]
-            self.timelines = _timelines(system.availability, m, self.seed)
+            self.timelines = _timelines(availability, m, self.seed)
+        self.download, self.upload = self._transfer_seconds(cost)
 
         self._fixed_work = self._fixed_work_caps()
+        self._check_event_rate()
         eligible = (
-            round_cfg.policy == "window"
-            and system.trace is None
-            and all(isinstance(tl, Always) or not tl.changes for tl in self.timelines)
+            isinstance(rule.policy, Window)
+            and not isinstance(availability, Traced)
+            and all(not tl.changes for tl in self.timelines)
             and all(tl.initial for tl in self.timelines)
         )
         if fast and not eligible:
             raise ValueError("the vectorised path needs policy window, no trace and clients that are always online")
         self.fast = eligible if fast is None else bool(fast)
+
+    def _transfer_seconds(self, cost: WorkCost | None) -> tuple[np.ndarray, np.ndarray]:
+        """Per-client download and upload seconds, latency included: L + bytes * 8 / bandwidth."""
+        m, L, net = self.num_clients, self.latency, self.system.network
+        if net is None:
+            return np.full(m, L), np.full(m, L)
+        down = per_client(net.down, m, self.seed, "down")
+        up = per_client(net.up, m, self.seed, "up")
+        return L + float(cost.model_bytes) * 8 / down, L + float(cost.upload_bytes) * 8 / up
+
+    def time_scale(self) -> float:
+        """The shortest round the schedule can have, in seconds: the window or deadline, else the
+        quickest job (download + one step or the least prescribed work + upload)."""
+        policy = self.rule.policy
+        if isinstance(policy, Window):
+            return float(policy.window)
+        if isinstance(policy, Deadline):
+            return float(policy.deadline)
+        work = self.rule.work
+        low = 1 if work is None else max(int(getattr(work.dist, "low", getattr(work.dist, "value", 1))), 1)
+        if isinstance(work, Epochs):
+            low = max(low * int(self.client_sizes.min()) // work.batch_size, 1)
+        with np.errstate(divide="ignore"):
+            job = self.download + self.upload + low / self._speeds
+        return float(job.min())
+
+    def _check_event_rate(self) -> None:
+        """Availability may change at most ~1/MIN_SOJOURN times per :meth:`time_scale`: Markov mean
+        sojourns and the periods of cycling traces must be at least ``MIN_SOJOURN * time_scale()``
+        (else the simulation would process an unbounded number of toggles per round)."""
+        availability = self.system.availability
+        if not isinstance(availability, (Markov, Traced)):
+            return
+        least = MIN_SOJOURN * self.time_scale()
+        if isinstance(availability, Markov):
+            for key in ("mean_online", "mean_offline"):
+                if getattr(availability, key) < least:
+                    raise ScenarioError(
+                        f"system.availability.{key}: must be at least {least:g} s ({MIN_SOJOURN:g} of the "
+                        f"shortest round, {self.time_scale():g} s): shorter sojourns flip faster than rounds run"
+                    )
+            return
+        for c, tl in enumerate(self.timelines):
+            if tl.changes and tl.repeat == "cycle" and tl.period < least:
+                raise ScenarioError(
+                    f"{availability.path}: client {c}'s trace period {tl.period:g} s is shorter than {least:g} s "
+                    f"({MIN_SOJOURN:g} of the shortest round, {self.time_scale():g} s); it cannot be cycled"
+                )
 
     # ------------------------------------------------------------------ per-client facts
     @property
@@ -96,7 +153,7 @@ class Clock:
         """Slowdown factor of job (client, key) from stream ``("slowdown", client, key)``; 1 if none."""
         if self.system.slowdown is None:
             return 1.0
-        return max(float(draw(self.system.slowdown, stream(self.seed, "slowdown", client, key))), SLOWDOWN_FLOOR)
+        return max(float(self.system.slowdown.sample(stream(self.seed, "slowdown", client, key))), SLOWDOWN_FLOOR)
 
     def work_cap(self, client: int, key: int) -> int | None:
         """Prescribed local steps of job (client, key), capped by ``max_local_steps``; None if the
@@ -110,36 +167,33 @@ class Clock:
         if self._fixed_work is not None:
             w = self._fixed_work[client]
             return None if w < 0 else int(w)
-        cfg = self.round_cfg
-        dist = cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs
-        value = draw(dist, stream(self.seed, "work", client, key))
+        value = self.rule.work.dist.sample(stream(self.seed, "work", client, key))
         return self._cap(self._steps_from(value, client))
 
-    def _steps_from(self, value: Any, client: int) -> int:
-        if self.round_cfg.local_steps is not None:
+    def _steps_from(self, value: float, client: int) -> int:
+        work = self.rule.work
+        if not isinstance(work, Epochs):
             return int(math.floor(value))
-        n, B = int(self.client_sizes[client]), self.batch_size
+        n, B = int(self.client_sizes[client]), work.batch_size
         if float(value).is_integer():
             return int(value) * n // B
         return whole_steps(value * n / B)
 
     def _cap(self, steps: int | None) -> int | None:
-        cap = self.round_cfg.max_local_steps
+        cap = self.rule.max_local_steps
         if steps is None:
             return cap
         return steps if cap is None else min(steps, cap)
 
     def _fixed_work_caps(self) -> np.ndarray | None:
         """Per-client work cap when it is not random (-1 = none), else None."""
-        cfg = self.round_cfg
-        dist = cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs
-        if isinstance(dist, RandInt):
-            return None
-        if dist is None:
+        work = self.rule.work
+        if work is None:
             caps = [self._cap(None)] * self.num_clients
+        elif isinstance(work.dist, RandInt):
+            return None
         else:
-            value = dist.value if isinstance(dist, Constant) else dist
-            caps = [self._cap(self._steps_from(value, c)) for c in range(self.num_clients)]
+            caps = [self._cap(self._steps_from(work.dist.value, c)) for c in range(self.num_clients)]
         return np.array([-1 if c is None else c for c in caps], dtype=np.int64)
 
     # ------------------------------------------------------------------ schedules
@@ -171,17 +225,18 @@ class Clock:
         nothing can interrupt a job, so each job is a closed-form function of (speed, slowdown,
         work cap, window, latency). ``tests/test_clock.py`` checks the two paths agree.
         """
-        cfg, L, m = self.round_cfg, self.latency, self.num_clients
+        rule, m = self.rule, self.num_clients
         everyone = np.arange(m, dtype=np.int64)
-        W = cfg.window
+        W = rule.policy.window
         no_slowdown = self.system.slowdown is None
         for r in itertools.count():
             t_open, close = r * W, (r + 1) * W
-            chosen, counts, weights = select(everyone, cfg.clients_per_round, cfg.sampling, self.p, self.seed, r)
+            chosen, counts, weights = select(everyone, rule.clients_per_round, rule.sampling, self.p, self.seed, r)
             speed = self._speeds[chosen]
+            down, up = self.download[chosen], self.upload[chosen]
             slow = 1.0 if no_slowdown else np.array([self.slowdown(int(c), r) for c in chosen])
-            t_d = t_open + L
-            t_to = close - L
+            t_d = t_open + down
+            t_to = close - up
             tau = whole_steps((t_to - t_d) * speed / slow)
             if self._fixed_work is not None:
                 cap = self._fixed_work[chosen]
@@ -190,7 +245,7 @@ class Clock:
                 cap = np.array([self.work_cap(int(c), r) for c in chosen], dtype=np.int64)
                 tau = np.minimum(tau, cap)
             t_c = np.minimum(t_d + tau * slow / speed, t_to)
-            t_u = np.minimum(t_c + L, close)
+            t_u = np.minimum(t_c + up, close)
             done = tau > 0
             n = len(chosen)
             cols = {
@@ -205,34 +260,18 @@ class Clock:
                 "staleness": np.zeros(n, dtype=np.int64),
                 "weight": np.asarray(weights, dtype=np.float64),
                 "count": np.asarray(counts, dtype=np.int64),
-                "download": np.zeros(n, dtype=np.float64),  # transfer seconds: filled by the device model
-                "upload": np.zeros(n, dtype=np.float64),
+                "download": np.where(done, down, 0.0),
+                "upload": np.where(done, up, 0.0),
             }
             assert tuple(cols) == JOB_COLUMNS
-            yield RoundTable(r, t_open, close, r + 1, cols)
+            yield RoundTable(r, t_open, close, r + 1, cols, m)
 
 
-def _check(cfg: RoundConfig, m: int, latency: float) -> None:
-    """The cross-field rules the clock relies on (the scenario validates them too)."""
-    if cfg.policy == "window" and (cfg.window is None or not cfg.window > 2 * latency):
-        raise ScenarioError("round.window: must be longer than two latencies (download + upload)")
-    if cfg.policy == "deadline" and (cfg.deadline is None or not cfg.deadline > 2 * latency):
-        raise ScenarioError("round.deadline: must be longer than two latencies (download + upload)")
-    if cfg.policy in ("wait", "deadline", "async") and cfg.local_steps is None and cfg.local_epochs is None:
-        raise ScenarioError(f"round.local_steps: policy {cfg.policy} needs local_steps or local_epochs")
-    if cfg.local_steps is not None and cfg.local_epochs is not None:
-        raise ScenarioError("round.local_epochs: give local_steps or local_epochs, not both")
-    if cfg.policy == "async" and (cfg.concurrency is None or cfg.concurrency > m):
-        raise ScenarioError(f"round.concurrency: required for policy async, at most the number of clients ({m})")
-    if cfg.clients_per_round is not None and cfg.clients_per_round > m:
-        raise ScenarioError(f"round.clients_per_round: must be <= data.clients ({m})")
-
-
-def _timelines(availability: Any, m: int, seed: int) -> list:
-    if availability == "always":
-        return [Always() for _ in range(m)]
-    if isinstance(availability, MarkovAvailability):
-        return [Markov(availability.mean_online, availability.mean_offline, seed, c) for c in range(m)]
-    if len(availability) != m:
-        raise ScenarioError(f"system.availability: needs one interval list per client ({m})")
-    return [OfflineIntervals(iv) for iv in availability]
+def _timelines(availability: Always | Markov | Intervals, m: int, seed: int) -> list:
+    if isinstance(availability, Always):
+        return [AlwaysOnline() for _ in range(m)]
+    if isinstance(availability, Markov):
+        return [MarkovTimeline(availability.mean_online, availability.mean_offline, seed, c) for c in range(m)]
+    if len(availability.offline) != m:
+        raise ValueError(f"system.availability: needs one interval list per client ({m})")
+    return [OfflineIntervals(iv) for iv in availability.offline]

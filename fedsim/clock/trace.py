@@ -28,16 +28,19 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from fedsim.scenario import ScenarioError
+from fedsim.errors import ScenarioError
 
 from .availability import cycle_times
 from .draws import whole_steps
+from .model import MAX_SPEED, MAX_TIME
 
 __all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS"]
 
@@ -79,29 +82,43 @@ def _fail(name: str, line: int | None, msg: str) -> TraceError:
     return TraceError(f"{name} line {line}: {msg}" if line is not None else f"{name}: {msg}")
 
 
-def _number(name: str, line: int, col: str, text: str) -> float:
+def _number(name: str, line: int, col: str, text: str, bound: float) -> float:
     try:
         x = float(text)
     except ValueError:
         raise _fail(name, line, f"{col} is not a number: {text!r}") from None
     if not math.isfinite(x):
         raise _fail(name, line, f"{col} must be finite, got {text!r}")
+    if abs(x) > bound:
+        raise _fail(name, line, f"{col} must be at most {bound:g} in size, got {text!r}")
     return x
+
+
+def _read_regular(path: str | Path, name: str) -> str:
+    """The text of ``path``, which must be a regular file (not a device, FIFO or directory: those
+    never end or block, so they are refused before opening)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise _fail(name, None, "no such trace file") from None
+    except OSError as err:
+        raise _fail(name, None, f"cannot read ({err.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _fail(name, None, "is a directory, not a trace file")
+    if not stat.S_ISREG(st.st_mode):
+        raise _fail(name, None, "not a regular file (a device, FIFO or socket)")
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
+    except UnicodeDecodeError:
+        raise _fail(name, None, "not a text file") from None
+    except OSError as err:
+        raise _fail(name, None, f"cannot read ({err.strerror})") from None
 
 
 def load_trace(path: str | Path, num_clients: int) -> Trace:
     """Read and check a trace file for ``num_clients`` clients (see the module docstring)."""
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
-    except FileNotFoundError:
-        raise _fail(name, None, "no such trace file") from None
-    except IsADirectoryError:
-        raise _fail(name, None, "is a directory, not a trace file") from None
-    except UnicodeDecodeError:
-        raise _fail(name, None, "not a text file") from None
-    except OSError as err:
-        raise _fail(name, None, f"cannot read ({err.strerror})") from None
+    text = _read_regular(path, name)
 
     reader = csv.reader(io.StringIO(text))
     index: dict[str, int] | None = None
@@ -124,16 +141,16 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
             raise _fail(name, line, f"expected {len(index)} values, got {len(cells)}")
         get = {col: cells[i] for col, i in index.items()}
         c_text = get["client"]
-        if not c_text.isdigit():
+        if not (c_text.isascii() and c_text.isdigit()):
             raise _fail(name, line, f"client must be a non-negative integer, got {c_text!r}")
         c = int(c_text)
         if c >= num_clients:
             known = f"the scenario has {num_clients} clients: 0..{num_clients - 1}"
             raise _fail(name, line, f"unknown client {c} ({known})")
-        start = _number(name, line, "start", get["start"])
-        end = _number(name, line, "end", get["end"])
-        online_x = _number(name, line, "online", get["online"])
-        speed = _number(name, line, "speed", get["speed"])
+        start = _number(name, line, "start", get["start"], MAX_TIME)
+        end = _number(name, line, "end", get["end"], MAX_TIME)
+        online_x = _number(name, line, "online", get["online"], MAX_TIME)
+        speed = _number(name, line, "speed", get["speed"], MAX_SPEED)
         if start < 0 or end < 0:
             raise _fail(name, line, f"negative time (start {start:g}, end {end:g})")
         if not start < end:
