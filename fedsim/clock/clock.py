@@ -19,7 +19,7 @@ from .model import (
 )
 from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
 from .sim import Simulation
-from .trace import TraceRate, TraceTimeline, load_trace
+from .trace import TraceError, TraceRate, TraceTimeline, load_trace
 
 __all__ = ["Clock", "MIN_SOJOURN"]
 
@@ -137,7 +137,7 @@ class Clock:
             return
         for c, tl in enumerate(self.timelines):
             if tl.changes and tl.repeat == "cycle" and tl.period < least:
-                raise ScenarioError(
+                raise TraceError(
                     f"{availability.path}: client {c}'s trace period {tl.period:g} s is shorter than {least:g} s "
                     f"({MIN_SOJOURN:g} of the shortest round, {self.time_scale():g} s); it cannot be cycled"
                 )
