@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from fedsim.clock.keyed import keyed_uniform
 from fedsim.clock import STEP_GUARD, Clock, Job, Population, RoundPlan, whole_steps
 from fedsim.run.clock import build_clock
 from fedsim.rng import stream
@@ -236,16 +237,46 @@ def test_wait_round_when_nobody_is_online_or_everyone_fails():
 def test_markov_long_run_online_fraction():
     av = MarkovAvailability(model="markov", mean_online=60.0, mean_offline=20.0)
     clock = make(speed=(1.0,) * 100, availability=av, policy="window", window=10.0, seed=3)
-    assert not clock.fast
+    assert clock.fast  # Markov windows take the vectorised path
     plans = take(clock, 300)
     offline = sum(j.status == "offline" for p in plans for j in p.jobs)
     assert offline / (100 * 300) == pytest.approx(20.0 / 80.0, abs=0.04)
+    assert [p.available for p in plans] == [sum(j.status != "offline" for j in p.jobs) for p in plans]
     assert any(j.status == "failed" for p in plans for j in p.jobs)
-    # the initial state is drawn from stream ("availability", client) alone
+    # the initial state is the keyed draw u(seed, "availability", client, 0) < 60 / 80 alone
+    first = keyed_uniform(3, "availability", np.arange(100), 0) >= 0.75
+    assert [j.client for j in plans[0].jobs if j.status == "offline"] == np.flatnonzero(first).tolist()
     clock2 = make(speed=(2.0,) * 100, availability=av, policy="wait", local_steps=3, seed=3)
-    assert [j.client for j in take(clock2, 1)[0].jobs if j.status == "offline"] == [
-        j.client for j in plans[0].jobs if j.status == "offline"
-    ]
+    assert [j.client for j in take(clock2, 1)[0].jobs if j.status == "offline"] == np.flatnonzero(first).tolist()
+
+
+@pytest.mark.parametrize("cpr", [None, 7])
+def test_markov_window_paths_agree(cpr):
+    """The vectorised Markov path (numpy state per client) replays the SimPy processes exactly:
+    same selections, failures at the same outage times, same transfers and available counts."""
+    av = MarkovAvailability(model="markov", mean_online=12.0, mean_offline=5.0)
+    kw = dict(speed=tuple(np.linspace(0.5, 3.0, 30)), latency=0.3, availability=av, policy="window", window=4.0,
+              clients_per_round=cpr, seed=9, slowdown=Uniform(dist="uniform", low=1.0, high=1.5))
+    fast, slow = take(make(fast=True, **kw), 60), take(make(fast=False, **kw), 60)
+    assert fast == slow
+    statuses = {j.status for p in fast for j in p.jobs}
+    assert statuses == ({"completed", "failed", "offline"} if cpr is None else {"completed", "failed"})
+    assert any(j.download > 0 for p in fast for j in p.jobs if j.status == "failed")
+
+
+def test_markov_sojourns_are_keyed_exponentials():
+    # client 0's toggles: cumulative -mean * log(u_k), the mean of the state it leaves
+    av = MarkovAvailability(model="markov", mean_online=3.0, mean_offline=2.0)
+    clock = make(speed=(1.0,), availability=av, policy="wait", local_steps=1, seed=4)
+    tl = clock.timelines[0]
+    online = bool(keyed_uniform(4, "availability", 0, 0)[0] < 0.6)
+    assert tl.initial == online
+    t, expected = 0.0, []
+    for k in range(1, 6):
+        t += -(3.0 if online else 2.0) * math.log(keyed_uniform(4, "availability", 0, k)[0])
+        online = not online
+        expected.append(t)
+    assert list(itertools.islice(tl.toggles(), 5)) == pytest.approx(expected, rel=1e-15)
 
 
 # ---------------------------------------------------------------------------- selection and weights
@@ -280,7 +311,8 @@ def test_uniform_weight_counts_only_available_clients():
     assert [j.client for j in picked] == sorted(perm[:2].tolist())
     p_avail = P4[0] + P4[1] + P4[2]
     assert [j.weight for j in picked] == pytest.approx([P4[j.client] * 3 / 2 / p_avail for j in picked], rel=1e-15)
-    assert [(j.client, j.status) for j in plan.jobs if j.status == "offline"] == [(3, "offline")]
+    # sampled rounds have rows for the selected clients only; the open saw 3 of 4 online
+    assert [j.status for j in plan.jobs] == ["completed", "completed"] and plan.available == 3
 
 
 def test_weighted_selection_with_replacement():

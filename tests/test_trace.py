@@ -145,8 +145,9 @@ def test_example_trace_is_the_scripts_output_and_runs():
     assert len(trace.clients) == 8 and all(c.period == 2400 for c in trace.clients)
     ck = Clock(SystemConfig(latency=1.0, trace=str(EXAMPLE)).value(),
                RoundConfig(policy="window", window=30.0, clients_per_round=4).value(32), Population.of([1] * 8), seed=0)
-    statuses = {j.status for p in itertools.islice(ck.plans(), 100) for j in p.jobs}
-    assert {"completed", "offline"} <= statuses
+    plans = list(itertools.islice(ck.plans(), 100))
+    assert "completed" in {j.status for p in plans for j in p.jobs}
+    assert min(p.available for p in plans) < 8  # some clients offline at some opens (no rows: sampled)
 
 
 # ---------------------------------------------------------------------------- malformed traces

@@ -3,8 +3,7 @@
 A timeline is a pure description: ``initial`` (online at t=0?) and ``toggles()``, a fresh iterator
 of strictly increasing times at which the state flips. Offline periods are half-open ``[start,
 end)``: a client whose outage starts at t is offline at t; one whose outage ends at t is online at
-t. Calling ``toggles()`` twice gives the same times (Markov sojourns are redrawn from the same
-stream), so nothing about availability depends on the round policy, selection or the algorithm.
+t. Calling ``toggles()`` twice gives the same times (Markov sojourns are keyed draws), so nothing about availability depends on the round policy, selection or the algorithm.
 
 A rate turns time into local steps for one client: ``fit(t0, t1, slow)`` is the number of whole
 steps that fit in [t0, t1]; ``finish(t0, steps, slow)`` is when ``steps`` steps started at t0
@@ -19,11 +18,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from fedsim.rng import stream
-
 from .draws import whole_steps
+from .keyed import keyed_exponential, keyed_uniform
 
-__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "ConstantRate", "cycle_times"]
+__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "MarkovStates", "ConstantRate", "cycle_times"]
 
 INF = math.inf
 
@@ -64,35 +62,53 @@ class OfflineIntervals:
 
 
 class MarkovTimeline:
-    """Two-state Markov availability: exponential online/offline sojourns with the given means.
+    """Two-state Markov availability of one client: exponential online/offline sojourns.
 
-    Stream ``("availability", client)``: the first uniform draw sets the initial state (online
-    with probability mean_online / (mean_online + mean_offline), the stationary probability), then
-    each sojourn is one exponential draw with the current state's mean.
+    Keyed draws ``u(seed, "availability", client, k)`` (:mod:`fedsim.clock.keyed`): k = 0 sets the
+    initial state (online iff u < mean_online / (mean_online + mean_offline), the stationary
+    probability); sojourn k >= 1 is ``-mean * log(u_k)`` with the mean of the state it is spent in.
+    :class:`MarkovStates` walks the same draws for every client at once.
     """
 
     changes = True
 
     def __init__(self, mean_online: float, mean_offline: float, seed: int, client: int):
-        self.means = (float(mean_offline), float(mean_online))  # indexed by the state (False, True)
-        self.p_online = mean_online / (mean_online + mean_offline)
+        self.means = np.array([mean_offline, mean_online], dtype=np.float64)  # indexed by the state
         self.seed, self.client = seed, client
-        self.initial = self._start()[1]
-
-    def _start(self) -> tuple[np.random.Generator, bool]:
-        rng = stream(self.seed, "availability", self.client)
-        return rng, bool(rng.random() < self.p_online)
+        p_online = mean_online / (mean_online + mean_offline)
+        self.initial = bool(keyed_uniform(seed, "availability", client, 0)[0] < p_online)
 
     def toggles(self) -> Iterator[float]:
-        rng, online = self._start()
-        t = 0.0
-        while True:
-            d = 0.0
-            while not d > 0.0:  # an exact 0 (probability ~2^-53) would make an empty sojourn
-                d = float(rng.exponential(self.means[online]))
-            t += d
+        online, t = self.initial, 0.0
+        for k in itertools.count(1):
+            t = float(np.float64(t) + keyed_exponential(self.means[int(online)], self.seed, "availability", self.client, k)[0])
             online = not online
             yield t
+
+
+class MarkovStates:
+    """Every client's Markov availability as arrays (the draws of :class:`MarkovTimeline`):
+    ``online[c]``, and ``next[c]``, the time of client c's next toggle. :meth:`advance` applies
+    every toggle at or before t (an outage starting at t means offline at t)."""
+
+    def __init__(self, mean_online: float, mean_offline: float, seed: int, num_clients: int):
+        self.means = np.array([mean_offline, mean_online], dtype=np.float64)
+        self.seed = seed
+        everyone = np.arange(num_clients, dtype=np.int64)
+        p_online = mean_online / (mean_online + mean_offline)
+        self.online = keyed_uniform(seed, "availability", everyone, 0) < p_online
+        self.k = np.ones(num_clients, dtype=np.int64)
+        self.next = keyed_exponential(self.means[self.online.astype(np.int64)], seed, "availability", everyone, 1)
+
+    def advance(self, t: float) -> None:
+        while True:
+            idx = np.flatnonzero(self.next <= t)
+            if not len(idx):
+                return
+            self.online[idx] = ~self.online[idx]
+            self.k[idx] += 1
+            mean = self.means[self.online[idx].astype(np.int64)]
+            self.next[idx] = self.next[idx] + keyed_exponential(mean, self.seed, "availability", idx, self.k[idx])
 
 
 class ConstantRate:

@@ -12,7 +12,8 @@ from fedsim.errors import ScenarioError
 from fedsim.rng import stream
 
 from .availability import AlwaysOnline, ConstantRate, MarkovTimeline, OfflineIntervals
-from .draws import SLOWDOWN_FLOOR, per_client, select, whole_steps
+from .availability import MarkovStates
+from .draws import SLOWDOWN_FLOOR, PerClientDraws, select, whole_steps
 from .model import (
     Always, Deadline, Epochs, Flops, Intervals, Markov, Population, RandInt, RoundRule, Speed, System,
     Traced, Window, WorkCost,
@@ -26,7 +27,7 @@ __all__ = ["Clock", "MIN_SOJOURN"]
 #: Markov mean sojourns and cycled trace periods are at least this fraction of the shortest round.
 MIN_SOJOURN = 1e-4
 
-_COMPLETED, _DROPPED = STATUSES.index("completed"), STATUSES.index("dropped")
+_COMPLETED, _DROPPED, _OFFLINE, _FAILED = (STATUSES.index(s) for s in ("completed", "dropped", "offline", "failed"))
 
 
 class Clock:
@@ -70,38 +71,74 @@ class Clock:
         if isinstance(compute, Traced) or isinstance(availability, Traced):
             tr = compute if isinstance(compute, Traced) else availability
             trace = load_trace(tr.path, m)
-            self.rates = [TraceRate(t, tr.repeat) for t in trace.clients]
-            self.timelines = [TraceTimeline(t, tr.repeat) for t in trace.clients]
-            self._speeds = np.array([t.mean_speed for t in trace.clients])
+            self._rates = [TraceRate(t, tr.repeat) for t in trace.clients]
+            self._timelines = [TraceTimeline(t, tr.repeat) for t in trace.clients]
+            self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in trace.clients), m, self.seed, "speed")
+            self._step_flops = 1.0
         else:
+            self._rates = self._timelines = None
             if isinstance(compute, Speed):
-                self._speeds = per_client(compute.steps_per_second, m, self.seed, "speed")
+                self._speed_draws = PerClientDraws(compute.steps_per_second, m, self.seed, "speed")
+                self._step_flops = None
             else:
-                self._speeds = per_client(compute.flops, m, self.seed, "flops") / float(cost.step_flops)
-            self.rates = [ConstantRate(s) for s in self._speeds]
-            self.timelines = _timelines(availability, m, self.seed)
-        self.download, self.upload = self._transfer_seconds(cost)
+                self._speed_draws = PerClientDraws(compute.flops, m, self.seed, "flops")
+                self._step_flops = float(cost.step_flops)
+        net = system.network
+        self._net = None if net is None else (
+            PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
+            PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8,
+        )
 
         self._fixed_work = self._fixed_work_caps()
         self._check_event_rate()
-        eligible = (
-            isinstance(rule.policy, Window)
-            and not isinstance(availability, Traced)
-            and all(not tl.changes for tl in self.timelines)
-            and all(tl.initial for tl in self.timelines)
-        )
+        if isinstance(availability, Intervals):
+            steady = all(not tl.changes and tl.initial for tl in self.timelines)
+        else:
+            steady = isinstance(availability, (Always, Markov))
+        eligible = isinstance(rule.policy, Window) and steady
         if fast and not eligible:
-            raise ValueError("the vectorised path needs policy window, no trace and clients that are always online")
+            raise ValueError("the vectorised path needs policy window and always-online or Markov clients")
         self.fast = eligible if fast is None else bool(fast)
 
-    def _transfer_seconds(self, cost: WorkCost | None) -> tuple[np.ndarray, np.ndarray]:
-        """Per-client download and upload seconds, latency included: L + bytes * 8 / bandwidth."""
-        m, L, net = self.num_clients, self.latency, self.system.network
-        if net is None:
-            return np.full(m, L), np.full(m, L)
-        down = per_client(net.down, m, self.seed, "down")
-        up = per_client(net.up, m, self.seed, "up")
-        return L + float(cost.model_bytes) * 8 / down, L + float(cost.upload_bytes) * 8 / up
+    # ------------------------------------------------------------------ per-client facts
+    def speed_of(self, clients: np.ndarray) -> np.ndarray:
+        """Base speeds (steps per second) of ``clients``: drawn from stream ``("speed", c)``, or
+        FLOP/s from ``("flops", c)`` / the step's FLOPs; traces: the mean speed while online."""
+        v = self._speed_draws.take(clients)
+        return v if self._step_flops is None else v / self._step_flops
+
+    def transfers_of(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(download, upload) seconds of ``clients``, latency included: L + bits / bandwidth
+        (bandwidths from streams ``("down", c)`` and ``("up", c)``); L alone without a network."""
+        L = self.latency
+        if self._net is None:
+            return np.full(len(clients), L), np.full(len(clients), L)
+        down, down_bits, up, up_bits = self._net
+        return L + down_bits / down.take(clients), L + up_bits / up.take(clients)
+
+    @property
+    def download(self) -> np.ndarray:
+        """Every client's download seconds (see :meth:`transfers_of`)."""
+        return self.transfers_of(np.arange(self.num_clients))[0]
+
+    @property
+    def upload(self) -> np.ndarray:
+        """Every client's upload seconds (see :meth:`transfers_of`)."""
+        return self.transfers_of(np.arange(self.num_clients))[1]
+
+    @property
+    def timelines(self) -> list:
+        """Per-client availability timelines (built on first use: the vectorised path needs none)."""
+        if self._timelines is None:
+            self._timelines = _timelines(self.system.availability, self.num_clients, self.seed)
+        return self._timelines
+
+    @property
+    def rates(self) -> list:
+        """Per-client rates (steps per unit of time), built on first use."""
+        if self._rates is None:
+            self._rates = [ConstantRate(s) for s in self.speeds]
+        return self._rates
 
     def time_scale(self) -> float:
         """The shortest round the schedule can have, in seconds: the window or deadline, else the
@@ -116,7 +153,7 @@ class Clock:
         if isinstance(work, Epochs):
             low = max(low * int(self.client_sizes.min()) // work.batch_size, 1)
         with np.errstate(divide="ignore"):
-            job = self.download + self.upload + low / self._speeds
+            job = self.download + self.upload + low / self.speeds
         return float(job.min())
 
     def _check_event_rate(self) -> None:
@@ -142,12 +179,11 @@ class Clock:
                     f"({MIN_SOJOURN:g} of the shortest round, {self.time_scale():g} s); it cannot be cycled"
                 )
 
-    # ------------------------------------------------------------------ per-client facts
     @property
     def speeds(self) -> np.ndarray:
         """Per-client base speed (steps per simulated second; with a trace, the time-weighted
         mean speed while online over one period)."""
-        return self._speeds.copy()
+        return self.speed_of(np.arange(self.num_clients)).copy()
 
     def slowdown(self, client: int, key: int) -> float:
         """Slowdown factor of job (client, key) from stream ``("slowdown", client, key)``; 1 if none."""
@@ -187,14 +223,19 @@ class Clock:
 
     def _fixed_work_caps(self) -> np.ndarray | None:
         """Per-client work cap when it is not random (-1 = none), else None."""
-        work = self.rule.work
+        work, m, cap = self.rule.work, self.num_clients, self.rule.max_local_steps
         if work is None:
-            caps = [self._cap(None)] * self.num_clients
-        elif isinstance(work.dist, RandInt):
+            return np.full(m, -1 if cap is None else cap, dtype=np.int64)
+        if isinstance(work.dist, RandInt):
             return None
+        value = work.dist.value
+        if not isinstance(work, Epochs):
+            steps = np.full(m, int(math.floor(value)), dtype=np.int64)
+        elif float(value).is_integer():
+            steps = int(value) * self.client_sizes // work.batch_size
         else:
-            caps = [self._cap(self._steps_from(work.dist.value, c)) for c in range(self.num_clients)]
-        return np.array([-1 if c is None else c for c in caps], dtype=np.int64)
+            steps = whole_steps(value * self.client_sizes / work.batch_size)
+        return steps if cap is None else np.minimum(steps, cap)
 
     # ------------------------------------------------------------------ schedules
     def plans(self, log: list | None = None) -> Iterator[RoundPlan]:
@@ -218,22 +259,32 @@ class Clock:
             yield plan.table()
 
     def _fast_tables(self) -> Iterator[RoundTable]:
-        """Vectorised window policy for always-online clients without a trace.
+        """Vectorised window policy for always-online or Markov clients without a trace.
 
-        Computes exactly what the SimPy path computes (same streams, same floating-point
-        expressions as ``Simulation._start``, ``ConstantRate.fit`` / ``finish``): with no outage
-        nothing can interrupt a job, so each job is a closed-form function of (speed, slowdown,
-        work cap, window, latency). ``tests/test_clock.py`` checks the two paths agree.
+        Computes exactly what the SimPy path computes (same draws, same floating-point expressions
+        as ``Simulation._start``, ``ConstantRate.fit`` / ``finish``). Each job is a closed-form
+        function of (speed, slowdown, work cap, window, transfers) and, with Markov outages, of
+        the client's next toggle: online at the open, it fails iff that toggle (an outage) comes
+        before its upload ends. Only the selected clients' speeds and transfers are drawn, and
+        every client's Markov state is a numpy array (:class:`MarkovStates`), so a round costs the
+        participants plus a few vector operations over the population. ``tests/test_clock.py``
+        checks the two paths agree.
         """
         rule, m = self.rule, self.num_clients
         everyone = np.arange(m, dtype=np.int64)
         W = rule.policy.window
         no_slowdown = self.system.slowdown is None
+        av = self.system.availability
+        states = MarkovStates(av.mean_online, av.mean_offline, self.seed, m) if isinstance(av, Markov) else None
         for r in itertools.count():
             t_open, close = r * W, (r + 1) * W
-            chosen, counts, weights = select(everyone, rule.clients_per_round, rule.sampling, self.p, self.seed, r)
-            speed = self._speeds[chosen]
-            down, up = self.download[chosen], self.upload[chosen]
+            online = everyone
+            if states is not None:
+                states.advance(t_open)
+                online = np.flatnonzero(states.online)
+            chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, self.p, self.seed, r)
+            speed = self.speed_of(chosen)
+            down, up = self.transfers_of(chosen)
             slow = 1.0 if no_slowdown else np.array([self.slowdown(int(c), r) for c in chosen])
             t_d = t_open + down
             t_to = close - up
@@ -246,25 +297,45 @@ class Clock:
                 tau = np.minimum(tau, cap)
             t_c = np.minimum(t_d + tau * slow / speed, t_to)
             t_u = np.minimum(t_c + up, close)
-            done = tau > 0
+            started = tau > 0
+            if states is None:
+                failed = np.zeros(len(chosen), dtype=bool)
+                t_fail = t_u
+            else:
+                t_fail = states.next[chosen]
+                failed = started & (t_fail < t_u)
+            done = started & ~failed
             n = len(chosen)
             cols = {
                 "round": np.full(n, r, dtype=np.int64),
                 "client": chosen.astype(np.int64),
-                "status": np.where(done, _COMPLETED, _DROPPED).astype(np.int8),
+                "status": np.where(failed, _FAILED, np.where(done, _COMPLETED, _DROPPED)).astype(np.int8),
                 "steps": np.where(done, tau, 0).astype(np.int64),
                 "start": np.full(n, t_open, dtype=np.float64),
-                "end": np.where(done, t_u, close).astype(np.float64),
+                "end": np.where(failed, t_fail, np.where(done, t_u, close)).astype(np.float64),
                 "key": np.full(n, r, dtype=np.int64),
                 "version": np.full(n, r, dtype=np.int64),
                 "staleness": np.zeros(n, dtype=np.int64),
                 "weight": np.asarray(weights, dtype=np.float64),
                 "count": np.asarray(counts, dtype=np.int64),
-                "download": np.where(done, down, 0.0),
+                "download": np.where(done | (failed & (t_d < t_fail)), down, 0.0),
                 "upload": np.where(done, up, 0.0),
             }
+            if rule.clients_per_round is None and len(online) < m:
+                cols = _with_offline_rows(cols, online, m, r, t_open)
             assert tuple(cols) == JOB_COLUMNS
-            yield RoundTable(r, t_open, close, r + 1, cols, m)
+            yield RoundTable(r, t_open, close, r + 1, cols, len(online))
+
+
+def _with_offline_rows(cols: dict, online: np.ndarray, m: int, r: int, t_open: float) -> dict:
+    """Full participation: add an ``offline`` row for every client offline at the open, sorted by client."""
+    off = np.setdiff1d(np.arange(m, dtype=np.int64), online)
+    k = len(off)
+    extra = {name: np.zeros(k, dtype=col.dtype) for name, col in cols.items()}
+    extra.update(round=np.full(k, r), client=off, status=np.full(k, _OFFLINE), start=np.full(k, t_open),
+                 end=np.full(k, t_open), key=np.full(k, r), version=np.full(k, r))
+    order = np.argsort(np.concatenate([cols["client"], off]), kind="stable")
+    return {name: np.concatenate([cols[name], extra[name].astype(cols[name].dtype)])[order] for name in cols}
 
 
 def _timelines(availability: Always | Markov | Intervals, m: int, seed: int) -> list:

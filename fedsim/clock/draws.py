@@ -30,7 +30,7 @@ from fedsim.rng import stream
 
 from .model import Constant, PerClient
 
-__all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "per_client", "select", "SLOWDOWN_FLOOR"]
+__all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "per_client", "PerClientDraws", "select", "SLOWDOWN_FLOOR"]
 
 #: ``whole_steps(x) = floor(x * STEP_GUARD)``. A step count that is mathematically an integer can
 #: land a few ulps below it in floating point (``(10 - 1) * 0.3 / 0.1``); the relative guard of
@@ -67,6 +67,30 @@ def per_client(spec: PerClient, num_clients: int, seed: int, purpose: str) -> np
     if isinstance(spec, Constant):
         return np.full(num_clients, float(spec.value))
     return np.array([float(spec.sample(stream(seed, purpose, c))) for c in range(num_clients)])
+
+
+class PerClientDraws:
+    """The values of :func:`per_client`, drawn only for the clients asked for (and kept): a
+    population of a million clients pays for the few that are ever selected."""
+
+    def __init__(self, spec: PerClient, num_clients: int, seed: int, purpose: str):
+        self.spec, self.seed, self.purpose = spec, seed, purpose
+        self.lazy = not isinstance(spec, (int, float, tuple, Constant))
+        self.values = np.full(num_clients, np.nan) if self.lazy else per_client(spec, num_clients, seed, purpose)
+
+    def take(self, clients: np.ndarray) -> np.ndarray:
+        """Values of ``clients`` (an integer array)."""
+        if self.lazy:
+            v = self.values[clients]
+            for i in np.flatnonzero(np.isnan(v)):
+                c = int(clients[i])
+                v[i] = self.values[c] = float(self.spec.sample(stream(self.seed, self.purpose, c)))
+            return v
+        return self.values[clients]
+
+    def all(self) -> np.ndarray:
+        """Every client's value."""
+        return self.take(np.arange(len(self.values))) if self.lazy else self.values
 
 
 def select(

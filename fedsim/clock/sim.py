@@ -203,7 +203,7 @@ class Simulation:
                give_up: float, weight: float, count: int, available: int) -> _Run:
         """Plan job (c, key) started at ``start`` and, if it has work, launch its process."""
         clock = self.clock
-        down, up = float(clock.download[c]), float(clock.upload[c])
+        down, up = (float(x[0]) for x in clock.transfers_of(np.array([c])))
         slow = clock.slowdown(c, key)
         rate = clock.rates[c]
         cap = clock.work_cap(c, key)
@@ -275,9 +275,10 @@ class Simulation:
                 r, run.client, run.status, run.tau if done else 0, run.start,
                 close if run.status == "dropped" else run.end, r, r, 0, run.weight, run.count, *run.transfers(),
             )
-        for c in range(self.m):
-            if not was_online[c]:
-                rows[c] = Job(r, c, "offline", 0, t_open, t_open, r, r, 0, 0.0, 0)
+        if self.rule.clients_per_round is None:  # full participation: the offline clients were asked for
+            for c in range(self.m):
+                if not was_online[c]:
+                    rows[c] = Job(r, c, "offline", 0, t_open, t_open, r, r, 0, 0.0, 0)
         return RoundPlan(r, t_open, close, tuple(rows[c] for c in sorted(rows)), r + 1, sum(was_online))
 
     # ------------------------------------------------------------------ asynchronous (FedBuff-style)
