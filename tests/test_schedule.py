@@ -69,6 +69,7 @@ def reference(sc, out):
             round=plan.round, sim_time=plan.close, participants=len(done),
             tau_mean=float(np.mean(done)) if done else None,
             tau_min=min(done) if done else None, tau_max=max(done) if done else None,
+            available=plan.available,
         )])
         clients_w.write(
             dict(round=plan.round, client=j.client, status=j.status, steps=j.steps, start=j.start,

@@ -115,18 +115,17 @@ def select(
       with count k and weight k / q.
     """
     m = len(available)
-    ones = np.ones(m, dtype=np.int64)
     # Offline clients cannot be sampled: weights target the available population's objective,
     # sum_{i available} p_i F_i / P_avail (P_avail = 1, no rescaling, when everyone is online).
     p_avail = float(p[available].sum()) if m else 0.0
     scale = 1.0 if (m == len(p) or p_avail <= 0) else 1.0 / p_avail
     if m == 0 or clients_per_round is None:
-        return available, ones, p[available].astype(np.float64) * scale
+        return available, np.ones(m, dtype=np.int64), p[available].astype(np.float64) * scale
     q = min(clients_per_round, m)
     rng = stream(seed, "select", key)
     if sampling == "uniform":
         chosen = np.sort(available[rng.permutation(m)[:q]])
-        return chosen, ones[:q], p[chosen] * m / q * scale
+        return chosen, np.ones(q, dtype=np.int64), p[chosen] * m / q * scale
     if sampling != "weighted":
         raise ValueError(f"round.sampling: unknown scheme {sampling!r}")
     pa = p[available].astype(np.float64)
