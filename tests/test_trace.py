@@ -207,3 +207,32 @@ def test_missing_trace_file(tmp_path):
         load_trace(tmp_path / "nope.csv", 1)
     with pytest.raises(TraceError, match="is a directory"):
         load_trace(tmp_path, 1)
+
+
+@pytest.mark.parametrize("repeat", ["cycle", "last"])
+@pytest.mark.parametrize("cpr", [None, 3])
+def test_window_trace_paths_agree(tmp_path, repeat, cpr):
+    """The vectorised trace path (numpy toggle state per client) replays the SimPy processes."""
+    ck_fast = clock(EXAMPLE, 8, repeat=repeat, latency=1.0, policy="window", window=45.0, clients_per_round=cpr)
+    ck_slow = clock(EXAMPLE, 8, repeat=repeat, latency=1.0, policy="window", window=45.0, clients_per_round=cpr)
+    assert ck_fast.fast
+    ck_slow.fast = False
+    fast, slow = list(itertools.islice(ck_fast.plans(), 120)), list(itertools.islice(ck_slow.plans(), 120))
+    assert fast == slow
+    statuses = {j.status for p in fast for j in p.jobs}
+    assert {"completed", "failed"} <= statuses and (("offline" in statuses) == (cpr is None))
+
+
+def test_trace_states_toggle_times(tmp_path):
+    # client 0 of TWO: online [0, 6), offline [6, 8), period 8 -> toggles 6, 8, 14, 16, ...
+    # client 1: always online -> no toggles
+    from fedsim.clock.trace import TraceStates
+
+    ck = clock(write(tmp_path, TWO), 2, policy="window", window=5.0)
+    st = TraceStates(ck.timelines)
+    assert st.next.tolist() == [6.0, float("inf")]
+    seen = []
+    for t in (6.0, 8.0, 14.0, 16.0, 22.0):
+        st.advance(t)
+        seen.append((bool(st.online[0]), float(st.next[0])))
+    assert seen == [(False, 8.0), (True, 14.0), (False, 16.0), (True, 22.0), (False, 24.0)]

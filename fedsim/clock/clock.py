@@ -20,7 +20,7 @@ from .model import (
 )
 from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
 from .sim import Simulation
-from .trace import TraceError, TraceRate, TraceTimeline, load_trace
+from .trace import TraceError, TraceRate, TraceStates, TraceTimeline, load_trace
 
 __all__ = ["Clock", "MIN_SOJOURN"]
 
@@ -94,10 +94,10 @@ class Clock:
         if isinstance(availability, Intervals):
             steady = all(not tl.changes and tl.initial for tl in self.timelines)
         else:
-            steady = isinstance(availability, (Always, Markov))
+            steady = isinstance(availability, (Always, Markov, Traced))
         eligible = isinstance(rule.policy, Window) and steady
         if fast and not eligible:
-            raise ValueError("the vectorised path needs policy window and always-online or Markov clients")
+            raise ValueError("the vectorised path needs policy window and always-online, Markov or traced clients")
         self.fast = eligible if fast is None else bool(fast)
 
     # ------------------------------------------------------------------ per-client facts
@@ -237,6 +237,19 @@ class Clock:
             steps = whole_steps(value * self.client_sizes / work.batch_size)
         return steps if cap is None else np.minimum(steps, cap)
 
+    def _trace_jobs(self, chosen, r, t_d, t_to, slow) -> tuple[np.ndarray, np.ndarray]:
+        """Window jobs of traced clients: (tau, compute end), as ``Simulation._start`` computes them."""
+        tau = np.zeros(len(chosen), dtype=np.int64)
+        t_c = np.zeros(len(chosen))
+        slows = np.broadcast_to(slow, (len(chosen),))
+        for i, c in enumerate(chosen.tolist()):
+            rate, s = self.rates[c], float(slows[i])
+            fit = rate.fit(float(t_d[i]), float(t_to[i]), s)
+            cap = self.work_cap(c, r)
+            tau[i] = fit if cap is None else min(fit, cap)
+            t_c[i] = min(rate.finish(float(t_d[i]), int(tau[i]), s), float(t_to[i]))
+        return tau, t_c
+
     # ------------------------------------------------------------------ schedules
     def plans(self, log: list | None = None) -> Iterator[RoundPlan]:
         """Infinite iterator of round plans; each ``next()`` advances the simulation until the
@@ -275,7 +288,12 @@ class Clock:
         W = rule.policy.window
         no_slowdown = self.system.slowdown is None
         av = self.system.availability
-        states = MarkovStates(av.mean_online, av.mean_offline, self.seed, m) if isinstance(av, Markov) else None
+        if isinstance(av, Markov):
+            states = MarkovStates(av.mean_online, av.mean_offline, self.seed, m)
+        elif isinstance(av, Traced):
+            states = TraceStates(self.timelines)
+        else:
+            states = None
         for r in itertools.count():
             t_open, close = r * W, (r + 1) * W
             online = everyone
@@ -288,14 +306,17 @@ class Clock:
             slow = 1.0 if no_slowdown else np.array([self.slowdown(int(c), r) for c in chosen])
             t_d = t_open + down
             t_to = close - up
-            tau = whole_steps((t_to - t_d) * speed / slow)
-            if self._fixed_work is not None:
-                cap = self._fixed_work[chosen]
-                tau = np.where(cap >= 0, np.minimum(tau, cap), tau)
+            if isinstance(av, Traced):  # time-varying speed: the SimPy path's per-job integrals
+                tau, t_c = self._trace_jobs(chosen, r, t_d, t_to, slow)
             else:
-                cap = np.array([self.work_cap(int(c), r) for c in chosen], dtype=np.int64)
-                tau = np.minimum(tau, cap)
-            t_c = np.minimum(t_d + tau * slow / speed, t_to)
+                tau = whole_steps((t_to - t_d) * speed / slow)
+                if self._fixed_work is not None:
+                    cap = self._fixed_work[chosen]
+                    tau = np.where(cap >= 0, np.minimum(tau, cap), tau)
+                else:
+                    cap = np.array([self.work_cap(int(c), r) for c in chosen], dtype=np.int64)
+                    tau = np.minimum(tau, cap)
+                t_c = np.minimum(t_d + tau * slow / speed, t_to)
             t_u = np.minimum(t_c + up, close)
             started = tau > 0
             if states is None:
