@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator,
+)
 
 from .clock import model as clock_model
 from .clock.model import MAX_SPEED, MAX_TIME
@@ -181,7 +183,47 @@ class MarkovAvailability(_Frozen):
     mean_offline: float = Field(gt=0, le=MAX_TIME)
 
 
+class DiurnalAvailability(_Frozen):
+    """A daily cycle: online probability trough + (peak - trough) (1 + cos(2 pi (t - phase) /
+    period)) / 2 per client, followed by on/off sojourns of about ``mean_sojourn`` seconds."""
+
+    model: Literal["diurnal"]
+    period: float = Field(86400.0, gt=0, le=MAX_TIME)
+    peak: float = Field(0.8, ge=0, le=1)
+    trough: float = Field(0.1, ge=0, le=1)
+    phase: float | tuple[float, ...] | Uniform = 0.0
+    mean_sojourn: float = Field(3600.0, gt=0, le=MAX_TIME)
+
+    @model_validator(mode="after")
+    def _levels(self):
+        if self.trough > self.peak:
+            raise _FieldError("system.availability.trough", "must be <= peak")
+        if self.peak == 0:
+            raise _FieldError("system.availability.peak", "must be > 0 (else no client is ever online)")
+        return self
+
+
 Interval = tuple[float, float]
+
+
+def _availability_kind(v: Any) -> str:
+    """Which member of ``system.availability`` a value is meant to be (so errors name its keys)."""
+    if isinstance(v, dict):
+        return "diurnal" if v.get("model") == "diurnal" else "markov"
+    if isinstance(v, (MarkovAvailability, DiurnalAvailability)):
+        return v.model
+    return "always" if isinstance(v, str) else "intervals"
+
+
+Availability = Annotated[
+    Union[
+        Annotated[Literal["always"], Tag("always")],
+        Annotated[MarkovAvailability, Tag("markov")],
+        Annotated[DiurnalAvailability, Tag("diurnal")],
+        Annotated[tuple[tuple[Interval, ...], ...], Tag("intervals")],
+    ],
+    Discriminator(_availability_kind),
+]
 PerClient = float | tuple[float, ...] | Dist
 
 
@@ -236,7 +278,7 @@ class SystemConfig(_Frozen):
     network: NetworkConfig | None = None
     slowdown: Dist | None = None
     latency: float = Field(0.0, ge=0, le=MAX_TIME)
-    availability: Literal["always"] | MarkovAvailability | tuple[tuple[Interval, ...], ...] = "always"
+    availability: Availability = "always"
     trace: str | None = None
     trace_repeat: Literal["cycle", "last"] = "cycle"
 
@@ -294,6 +336,9 @@ class SystemConfig(_Frozen):
                 availability = cm.Always()
             elif isinstance(av, MarkovAvailability):
                 availability = cm.Markov(av.mean_online, av.mean_offline)
+            elif isinstance(av, DiurnalAvailability):
+                phase = av.phase if isinstance(av.phase, (int, float, tuple)) else _dist_value(av.phase)
+                availability = cm.Diurnal(av.period, av.peak, av.trough, phase, av.mean_sojourn)
             else:
                 availability = cm.Intervals(av)
         network = None if self.network is None else \
@@ -471,6 +516,8 @@ class Scenario(_Frozen):
         if isinstance(self.system.speed, tuple) and len(self.system.speed) != m:
             raise _FieldError("system.speed", f"needs one speed per client ({m})")
         av = self.system.availability
+        if isinstance(av, DiurnalAvailability) and isinstance(av.phase, tuple) and len(av.phase) != m:
+            raise _FieldError("system.availability.phase", f"needs one phase per client ({m})")
         if isinstance(av, tuple) and len(av) != m:
             raise _FieldError("system.availability", f"needs one interval list per client ({m})")
         two_lat = 2 * self.system.latency
@@ -586,9 +633,10 @@ def _is_union_tag(p: Any) -> bool:
     # pydantic puts union member names (e.g. 'float', 'tuple[float, ...]', 'uniform') in loc
     return isinstance(p, str) and (
         p in {"float", "int", "str", "bool", "uniform", "lognormal", "randint", "constant", "exponential"}
+        or p in {"always", "markov", "diurnal", "intervals"}  # system.availability's tags
         or "[" in p
         or p.startswith("function-")
-        or p in {"MarkovAvailability", "literal['always']", "Uniform", "LogNormal", "RandInt", "Constant"}
+        or p in {"MarkovAvailability", "DiurnalAvailability", "literal['always']", "Uniform", "LogNormal", "RandInt", "Constant"}
     )
 
 

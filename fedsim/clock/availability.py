@@ -21,7 +21,7 @@ import numpy as np
 from .draws import whole_steps
 from .keyed import keyed_exponential, keyed_uniform
 
-__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "MarkovStates", "ConstantRate", "cycle_times"]
+__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "MarkovStates", "DiurnalStates", "DiurnalTimeline", "ConstantRate", "cycle_times"]
 
 INF = math.inf
 
@@ -109,6 +109,81 @@ class MarkovStates:
             self.k[idx] += 1
             mean = self.means[self.online[idx].astype(np.int64)]
             self.next[idx] = self.next[idx] + keyed_exponential(mean, self.seed, "availability", idx, self.k[idx])
+
+
+class DiurnalStates:
+    """Diurnal availability (:class:`fedsim.clock.model.Diurnal`) of ``clients`` as arrays.
+
+    The chain's toggle rates vary with time, so toggles are found by thinning (Lewis and Shedler,
+    "Simulation of nonhomogeneous Poisson processes by thinning", 1979): candidates at the constant
+    rate max(peak, 1 - trough) / mean_sojourn, each accepted with probability (its state's rate at
+    that time) / (that bound). Keyed draws ``("availability", client, k)``: k = 0 the initial state,
+    k = 2j and 2j + 1 (j >= 1) candidate j's gap and acceptance. The initial state is online with
+    the periodic regime's probability at t = 0 (below), so the process is in its long-run cycle
+    from the start: with tau = mean_sojourn and w = 2 pi / period, p(t) = P(online at t) solves
+    p' = (pi(t) - p) / tau, whose periodic solution is
+    p(t) = a + b cos(w (t - phase) - atan(w tau)) / sqrt(1 + (w tau)^2), a = (peak + trough) / 2,
+    b = (peak - trough) / 2; its mean over a period (the long-run online share) is a.
+    ``online`` and ``next`` (the next toggle of each client) as in :class:`MarkovStates`.
+    """
+
+    def __init__(self, d, seed: int, clients: np.ndarray, phase: np.ndarray):
+        self.seed, self.clients, self.phase = seed, clients, phase
+        self.a, self.b = (d.peak + d.trough) / 2, (d.peak - d.trough) / 2
+        self.w, self.tau = 2 * math.pi / d.period, float(d.mean_sojourn)
+        self.bound = max(d.peak, 1 - d.trough) / self.tau
+        wt = self.w * self.tau
+        p0 = self.a + self.b * np.cos(self.w * (0.0 - phase) - math.atan(wt)) / math.sqrt(1 + wt * wt)
+        self.online = keyed_uniform(seed, "availability", clients, 0) < p0
+        n = len(clients)
+        self.j = np.zeros(n, dtype=np.int64)  # candidates drawn
+        self.t = np.zeros(n)  # time of the last candidate
+        self.next = np.full(n, INF)
+        self._find(np.arange(n, dtype=np.int64))
+
+    def pi(self, idx: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Target online probability of clients ``idx`` (positions) at times t."""
+        return self.a + self.b * np.cos(self.w * (t - self.phase[idx]))
+
+    def _find(self, idx: np.ndarray) -> None:
+        """Set ``next`` of clients ``idx`` to their next accepted candidate."""
+        while len(idx):
+            self.j[idx] += 1
+            c, j = self.clients[idx], self.j[idx]
+            t = self.t[idx] + keyed_exponential(1.0 / self.bound, self.seed, "availability", c, 2 * j)
+            u = keyed_uniform(self.seed, "availability", c, 2 * j + 1)
+            self.t[idx] = t
+            pi = self.pi(idx, t)
+            rate = np.where(self.online[idx], 1.0 - pi, pi) / self.tau
+            accept = u * self.bound < rate
+            self.next[idx[accept]] = t[accept]
+            idx = idx[~accept]
+
+    def advance(self, t: float) -> None:
+        while True:
+            idx = np.flatnonzero(self.next <= t)
+            if not len(idx):
+                return
+            self.online[idx] = ~self.online[idx]
+            self.next[idx] = INF
+            self._find(idx)
+
+
+class DiurnalTimeline:
+    """One client's diurnal availability as a timeline (the draws of :class:`DiurnalStates`)."""
+
+    changes = True
+
+    def __init__(self, d, seed: int, client: int, phase: float):
+        self.args = (d, seed, np.array([client], dtype=np.int64), np.array([phase], dtype=np.float64))
+        self.initial = bool(DiurnalStates(*self.args).online[0])
+
+    def toggles(self) -> Iterator[float]:
+        st = DiurnalStates(*self.args)
+        while True:
+            t = float(st.next[0])
+            st.advance(t)
+            yield t
 
 
 class ConstantRate:

@@ -12,11 +12,12 @@ from fedsim.errors import ScenarioError
 from fedsim.rng import stream
 
 from .availability import AlwaysOnline, ConstantRate, MarkovTimeline, OfflineIntervals
-from .availability import MarkovStates
+from .availability import DiurnalStates, DiurnalTimeline, MarkovStates
+from .keyed import keyed_uniform
 from .draws import SLOWDOWN_FLOOR, PerClientDraws, select, whole_steps
 from .model import (
-    Always, Deadline, Epochs, Flops, Intervals, Markov, Population, RandInt, RoundRule, Speed, System,
-    Traced, Window, WorkCost,
+    Always, Constant, Deadline, Diurnal, Epochs, Flops, Intervals, Markov, Population, RandInt, RoundRule, Speed, System,
+    Traced, Uniform, Window, WorkCost,
 )
 from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
 from .sim import Simulation
@@ -94,7 +95,7 @@ class Clock:
         if isinstance(availability, Intervals):
             steady = all(not tl.changes and tl.initial for tl in self.timelines)
         else:
-            steady = isinstance(availability, (Always, Markov, Traced))
+            steady = isinstance(availability, (Always, Markov, Diurnal, Traced))
         eligible = isinstance(rule.policy, Window) and steady
         if fast and not eligible:
             raise ValueError("the vectorised path needs policy window and always-online, Markov or traced clients")
@@ -161,11 +162,12 @@ class Clock:
         sojourns and the periods of cycling traces must be at least ``MIN_SOJOURN * time_scale()``
         (else the simulation would process an unbounded number of toggles per round)."""
         availability = self.system.availability
-        if not isinstance(availability, (Markov, Traced)):
+        if not isinstance(availability, (Markov, Diurnal, Traced)):
             return
         least = MIN_SOJOURN * self.time_scale()
-        if isinstance(availability, Markov):
-            for key in ("mean_online", "mean_offline"):
+        if isinstance(availability, (Markov, Diurnal)):
+            keys = ("mean_sojourn",) if isinstance(availability, Diurnal) else ("mean_online", "mean_offline")
+            for key in keys:
                 if getattr(availability, key) < least:
                     raise ScenarioError(
                         f"system.availability.{key}: must be at least {least:g} s ({MIN_SOJOURN:g} of the "
@@ -290,6 +292,8 @@ class Clock:
         av = self.system.availability
         if isinstance(av, Markov):
             states = MarkovStates(av.mean_online, av.mean_offline, self.seed, m)
+        elif isinstance(av, Diurnal):
+            states = DiurnalStates(av, self.seed, everyone, diurnal_phases(av.phase, m, self.seed))
         elif isinstance(av, Traced):
             states = TraceStates(self.timelines)
         else:
@@ -359,11 +363,28 @@ def _with_offline_rows(cols: dict, online: np.ndarray, m: int, r: int, t_open: f
     return {name: np.concatenate([cols[name], extra[name].astype(cols[name].dtype)])[order] for name in cols}
 
 
-def _timelines(availability: Always | Markov | Intervals, m: int, seed: int) -> list:
+def diurnal_phases(phase, m: int, seed: int) -> np.ndarray:
+    """Per-client phases (seconds) of a diurnal cycle: a number, one per client, or uniform draws
+    ``low + (high - low) * u(seed, "phase", client, 0)`` (keyed, so a million cost one vector)."""
+    if isinstance(phase, Uniform):
+        return phase.low + (phase.high - phase.low) * keyed_uniform(seed, "phase", np.arange(m), 0)
+    if isinstance(phase, Constant):
+        return np.full(m, float(phase.value))
+    if isinstance(phase, tuple):
+        if len(phase) != m:
+            raise ValueError(f"need one phase per client ({m}), got {len(phase)}")
+        return np.asarray(phase, dtype=np.float64)
+    return np.full(m, float(phase))
+
+
+def _timelines(availability: Always | Markov | Diurnal | Intervals, m: int, seed: int) -> list:
     if isinstance(availability, Always):
         return [AlwaysOnline() for _ in range(m)]
     if isinstance(availability, Markov):
         return [MarkovTimeline(availability.mean_online, availability.mean_offline, seed, c) for c in range(m)]
+    if isinstance(availability, Diurnal):
+        phases = diurnal_phases(availability.phase, m, seed)
+        return [DiurnalTimeline(availability, seed, c, float(phases[c])) for c in range(m)]
     if len(availability.offline) != m:
         raise ValueError(f"system.availability: needs one interval list per client ({m})")
     return [OfflineIntervals(iv) for iv in availability.offline]

@@ -11,7 +11,8 @@ takes only these. Sum types are unions of small dataclasses, read with ``isinsta
   or a distribution drawn once per client;
 * compute: :class:`Speed` (local steps per second) | :class:`Flops` (device FLOP/s; needs a
   :class:`WorkCost`) | :class:`Traced` (a measured trace);
-* availability: :class:`Always` | :class:`Markov` | :class:`Intervals` | :class:`Traced`;
+* availability: :class:`Always` | :class:`Markov` | :class:`Diurnal` | :class:`Intervals` |
+  :class:`Traced`;
 * round policy: :class:`Window` | :class:`Wait` | :class:`Deadline` | :class:`Async`;
 * prescribed work: :class:`Steps` | :class:`Epochs` | None.
 """
@@ -26,7 +27,7 @@ import numpy as np
 
 __all__ = [
     "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
-    "Speed", "Flops", "Network", "Traced", "Always", "Markov", "Intervals", "System",
+    "Speed", "Flops", "Network", "Traced", "Always", "Markov", "Diurnal", "Intervals", "System",
     "Window", "Wait", "Deadline", "Async", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
     "MAX_TIME", "MAX_SPEED",
 ]
@@ -140,6 +141,20 @@ class Markov:
 
 
 @dataclass(frozen=True)
+class Diurnal:
+    """A daily cycle: client i's online probability pi_i(t) = trough + (peak - trough) *
+    (1 + cos(2 pi (t - phase_i) / period)) / 2 (highest at t = phase_i), approached by a
+    two-state chain that goes offline at rate (1 - pi_i(t)) / mean_sojourn and online at rate
+    pi_i(t) / mean_sojourn. ``phase`` is one number, one per client, or a :class:`Uniform`."""
+
+    period: float
+    peak: float
+    trough: float
+    phase: PerClient
+    mean_sojourn: float
+
+
+@dataclass(frozen=True)
 class Intervals:
     """Explicit offline intervals ``[start, end)``: one tuple of ``(start, end)`` per client."""
 
@@ -152,7 +167,7 @@ class System:
     transfer) and network of the clients."""
 
     compute: Union[Speed, Flops, Traced] = Speed(1.0)
-    availability: Union[Always, Markov, Intervals, Traced] = Always()
+    availability: Union[Always, Markov, Diurnal, Intervals, Traced] = Always()
     slowdown: Dist | None = None
     latency: float = 0.0
     network: Network | None = None
