@@ -323,12 +323,13 @@ class SystemConfig(_Frozen):
             raise _FieldError("system.compute", "a trace gives the speed; give either a trace or compute")
         return self
 
-    def value(self) -> clock_model.System:
-        """The clock's :class:`fedsim.clock.model.System` (a trace replaces compute and availability)."""
+    def value(self, batch_size: int = 32) -> clock_model.System:
+        """The clock's :class:`fedsim.clock.model.System` (a trace replaces compute and
+        availability; ``batch_size`` sets a device trace's step time)."""
         cm = clock_model
         av = self.availability
         if self.trace is not None:
-            compute = availability = cm.Traced(self.trace, self.trace_repeat)
+            compute = availability = cm.Traced(self.trace, self.trace_repeat, batch_size)
         else:
             compute = cm.Speed(_per_client_value(self.speed)) if self.compute is None \
                 else cm.Flops(_per_client_value(self.compute.flops))

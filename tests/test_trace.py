@@ -236,3 +236,78 @@ def test_trace_states_toggle_times(tmp_path):
         st.advance(t)
         seen.append((bool(st.online[0]), float(st.next[0])))
     assert seen == [(False, 8.0), (True, 14.0), (False, 16.0), (True, 22.0), (False, 24.0)]
+
+
+# ---------------------------------------------------------------------------- device traces (FedScale layout)
+DEVICE = ("client,start,end,sample_seconds,down_kbps,up_kbps\n"
+          "0,0,100,0.01,1000,500\n"
+          "1,0,50,0.02,2000,250\n1,50,100,0.02,2000,250\n")
+
+
+def device_clock(path, m=2, cost=None, batch_size=10, **round_kw):
+    from fedsim.clock import WorkCost
+
+    cost = cost or WorkCost(step_flops=1.0, model_bytes=128000, upload_bytes=64000)  # 1000 / 500 kbit
+    system = SystemConfig(latency=0.0, trace=str(path))
+    return Clock(system.value(batch_size), RoundConfig(**round_kw).value(batch_size), Population.of([1] * m),
+                 seed=0, cost=cost)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_device_trace_step_and_transfer_times(tmp_path, fast):
+    # B = 10: a step is 3 * 10 * 0.01 = 0.3 s (client 0), 0.6 s (client 1). Transfers: 1000 kbit
+    # down at 1000 / 2000 kbit/s = 1 / 0.5 s, 500 kbit up at 500 / 250 kbit/s = 1 / 2 s. Window 10:
+    # client 0 computes floor(8 / 0.3) = 26 steps, client 1 floor(7.5 / 0.6) = 12.
+    ck = device_clock(write(tmp_path, DEVICE), policy="window", window=10.0)
+    ck.fast = fast
+    (plan,) = itertools.islice(ck.plans(), 1)
+    got = [(j.client, j.status, j.steps, j.end, j.download, j.upload) for j in plan.jobs]
+    assert got == [
+        (0, "completed", 26, pytest.approx(1 + 26 * 0.3 + 1, rel=1e-12), 1.0, 1.0),
+        (1, "completed", 12, pytest.approx(0.5 + 12 * 0.6 + 2, rel=1e-12), 0.5, 2.0),
+    ]
+
+
+def test_device_trace_offline_rows_extend_the_period(tmp_path):
+    # FedScale: active [0, 40], finish_time 100 -> an online row [0, 40) and an offline row to 100
+    text = "client,start,end,online,sample_seconds,down_kbps,up_kbps\n0,0,40,1,0.01,1000,500\n0,40,100,0,0,0,0\n"
+    trace = load_trace(write(tmp_path, text), 1)
+    (c,) = trace.clients
+    assert trace.device and c.period == 100.0 and c.online.tolist() == [True, False]
+    assert c.speed.tolist() == [100.0, 0.0]  # samples per second
+    assert (trace.down_kbps.tolist(), trace.up_kbps.tolist()) == ([1000.0], [500.0])
+    ck = device_clock(write(tmp_path, text), m=1, policy="window", window=50.0)
+    plans = list(itertools.islice(ck.plans(), 4))
+    # round 0 [0, 50): online at 0; steps accrue only while online, so its 130 steps end at 40,
+    # and the outage at 40 comes before the upload ends at 41 -> failed
+    # round 1 [50, 100) offline at the open; round 2 [100, 150) like round 0
+    assert [(p.available, [j.status for j in p.jobs]) for p in plans] == [
+        (1, ["failed"]), (0, ["offline"]), (1, ["failed"]), (0, ["offline"])]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0,0,10,0,1000,500", "line 2: sample_seconds must be > 0 while online, got '0'"),
+    ("0,0,10,0.1,-1,500", "line 2: down_kbps must be > 0 while online, got '-1'"),
+    ("0,0,10,0.1,1000,500\n0,10,20,0.1,1000,400", "line 3: client 0's down_kbps / up_kbps differ from its earlier rows"),
+    ("0,0,10,1e-300,1000,500", "line 2: sample_seconds must be at least 1e-12, got '1e-300'"),
+])
+def test_malformed_device_trace(tmp_path, text, message):
+    path = write(tmp_path, "client,start,end,sample_seconds,down_kbps,up_kbps\n" + text + "\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(path, 1)
+    assert str(err.value) == f"{path} {message}"
+
+
+def test_device_trace_header_names_its_columns(tmp_path):
+    path = write(tmp_path, "client,start,end,sample_seconds,down_kbps\n0,0,1,1,1\n")
+    with pytest.raises(TraceError, match=r"missing column\(s\) up_kbps \(expected client, start, end, sample_seconds, down_kbps, up_kbps\)"):
+        load_trace(path, 1)
+
+
+def test_device_trace_and_network_exclude_each_other(tmp_path):
+    from fedsim.clock import WorkCost
+
+    system = SystemConfig(latency=0.0, trace=str(write(tmp_path, DEVICE)), network={"down": 1.0, "up": 1.0})
+    with pytest.raises(ScenarioError, match="^system.network: a device trace gives the bandwidths"):
+        Clock(system.value(10), RoundConfig(window=5.0).value(10), Population.of([1, 1]), seed=0,
+              cost=WorkCost(1.0, 1.0, 1.0))

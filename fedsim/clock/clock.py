@@ -21,7 +21,7 @@ from .model import (
 )
 from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
 from .sim import Simulation
-from .trace import TraceError, TraceRate, TraceStates, TraceTimeline, load_trace
+from .trace import ClientTrace, TraceError, TraceRate, TraceStates, TraceTimeline, load_trace
 
 __all__ = ["Clock", "MIN_SOJOURN"]
 
@@ -72,10 +72,14 @@ class Clock:
         if isinstance(compute, Traced) or isinstance(availability, Traced):
             tr = compute if isinstance(compute, Traced) else availability
             trace = load_trace(tr.path, m)
-            self._rates = [TraceRate(t, tr.repeat) for t in trace.clients]
-            self._timelines = [TraceTimeline(t, tr.repeat) for t in trace.clients]
-            self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in trace.clients), m, self.seed, "speed")
-            self._step_flops = 1.0
+            clients = trace.clients
+            if trace.device:  # samples per second -> local steps per second
+                samples = 3 * tr.batch_size
+                clients = tuple(ClientTrace(t.bp, t.online, t.speed / samples) for t in clients)
+            self._rates = [TraceRate(t, tr.repeat) for t in clients]
+            self._timelines = [TraceTimeline(t, tr.repeat) for t in clients]
+            self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in clients), m, self.seed, "speed")
+            self._step_flops = None
         else:
             self._rates = self._timelines = None
             if isinstance(compute, Speed):
@@ -89,6 +93,15 @@ class Clock:
             PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
             PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8,
         )
+        if self._rates is not None and trace.device:  # the trace's bandwidths, in kbit/s
+            if net is not None:
+                raise ScenarioError("system.network: a device trace gives the bandwidths; give one or the other")
+            if cost is None:
+                raise ValueError("a device trace needs the model's WorkCost (cost=) for its transfers")
+            self._net = (
+                PerClientDraws(tuple(trace.down_kbps), m, self.seed, "down"), float(cost.model_bytes) * 8 / 1024,
+                PerClientDraws(tuple(trace.up_kbps), m, self.seed, "up"), float(cost.upload_bytes) * 8 / 1024,
+            )
 
         self._fixed_work = self._fixed_work_caps()
         self._check_event_rate()

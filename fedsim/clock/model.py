@@ -125,6 +125,7 @@ class Traced:
 
     path: str
     repeat: Literal["cycle", "last"] = "cycle"
+    batch_size: int = 32  # device traces: one local step is 3 x batch_size samples' time
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ def build_clock(
     and p_i = ``weights`` (default n_i / n). ``cost`` (FLOPs per step, bytes per transfer) is
     needed by ``system.compute`` and ``system.network``. Nothing else of the algorithm is read."""
     return Clock(
-        scenario.system.value(),
+        scenario.system.value(scenario.algorithm.batch_size),
         scenario.round.value(scenario.algorithm.batch_size),
         Population.of(client_sizes, weights),
         seed=scenario.seed,
