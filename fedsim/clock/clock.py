@@ -11,10 +11,11 @@ import numpy as np
 from fedsim.errors import ScenarioError
 from fedsim.rng import stream
 
-from .availability import AlwaysOnline, ConstantRate, MarkovTimeline, OfflineIntervals
-from .availability import DiurnalStates, DiurnalTimeline, MarkovStates
-from .keyed import keyed_uniform
+from .availability import (
+    AlwaysOnline, ConstantRate, DiurnalStates, DiurnalTimeline, MarkovStates, MarkovTimeline, OfflineIntervals,
+)
 from .draws import SLOWDOWN_FLOOR, PerClientDraws, select, whole_steps
+from .keyed import keyed_uniform
 from .model import (
     Always, Constant, Deadline, Diurnal, Epochs, Flops, Intervals, Markov, Population, RandInt, RoundRule, Speed, System,
     Traced, Uniform, Window, WorkCost,

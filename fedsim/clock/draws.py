@@ -22,7 +22,6 @@ purpose        keys                        what
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
