@@ -82,6 +82,7 @@ class Clock:
             self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in clients), m, self.seed, "speed")
             self._step_flops = None
         else:
+            trace = None
             self._rates = self._timelines = None
             if isinstance(compute, Speed):
                 self._speed_draws = PerClientDraws(compute.steps_per_second, m, self.seed, "speed")
@@ -89,20 +90,7 @@ class Clock:
             else:
                 self._speed_draws = PerClientDraws(compute.flops, m, self.seed, "flops")
                 self._step_flops = float(cost.step_flops)
-        net = system.network
-        self._net = None if net is None else (
-            PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
-            PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8,
-        )
-        if self._rates is not None and trace.device:  # the trace's bandwidths, in kbit/s
-            if net is not None:
-                raise ScenarioError("system.network: a device trace gives the bandwidths; give one or the other")
-            if cost is None:
-                raise ValueError("a device trace needs the model's WorkCost (cost=) for its transfers")
-            self._net = (
-                PerClientDraws(tuple(trace.down_kbps), m, self.seed, "down"), float(cost.model_bytes) * 8 / 1024,
-                PerClientDraws(tuple(trace.up_kbps), m, self.seed, "up"), float(cost.upload_bytes) * 8 / 1024,
-            )
+        self._net = self._bandwidths(trace, cost)
 
         self._fixed_work = self._fixed_work_caps()
         self._check_event_rate()
@@ -114,6 +102,22 @@ class Clock:
         if fast and not eligible:
             raise ValueError("the vectorised path needs policy window and always-online, Markov or traced clients")
         self.fast = eligible if fast is None else bool(fast)
+
+    def _bandwidths(self, trace, cost: WorkCost | None) -> tuple | None:
+        """(down draws, download bits, up draws, upload bits), or None without a network: bits per
+        second from ``system.network``, or a device trace's kbit/s (then bits are kbit, / 1024)."""
+        net, m = self.system.network, self.num_clients
+        if trace is not None and trace.device:
+            if net is not None:
+                raise ScenarioError("system.network: a device trace gives the bandwidths; give one or the other")
+            if cost is None:
+                raise ValueError("a device trace needs the model's WorkCost (cost=) for its transfers")
+            return (PerClientDraws(tuple(trace.down_kbps), m, self.seed, "down"), float(cost.model_bytes) * 8 / 1024,
+                    PerClientDraws(tuple(trace.up_kbps), m, self.seed, "up"), float(cost.upload_bytes) * 8 / 1024)
+        if net is None:
+            return None
+        return (PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
+                PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8)
 
     # ------------------------------------------------------------------ per-client facts
     def speed_of(self, clients: np.ndarray) -> np.ndarray:
