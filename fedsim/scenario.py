@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from .clock import model as clock_model
-from .clock.model import MAX_SPEED, MAX_TIME
+from .clock.model import MAX_EPOCHS, MAX_SPEED, MAX_STEPS, MAX_TIME
 from .errors import ScenarioError
 
 __all__ = [
@@ -374,7 +374,7 @@ class RoundConfig(_Frozen):
     deadline: float | None = Field(None, gt=0, le=MAX_TIME)
     local_steps: int | IntDist | None = None
     local_epochs: int | IntDist | None = None
-    max_local_steps: int | None = Field(None, ge=1)
+    max_local_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     clients_per_round: int | None = Field(None, ge=1)
     sampling: Literal["uniform", "weighted"] = "uniform"
     # asynchronous policy
@@ -383,11 +383,14 @@ class RoundConfig(_Frozen):
 
     @field_validator("local_steps", "local_epochs")
     @classmethod
-    def _work(cls, w):
+    def _work(cls, w, info):
         if isinstance(w, Constant) and not float(w.value).is_integer():
             raise ValueError("a constant number of steps or epochs must be an integer")
         if w is not None and dist_low(w) < 1:
             raise ValueError("must be >= 1")
+        high = MAX_STEPS if info.field_name == "local_steps" else MAX_EPOCHS
+        if w is not None and (w if isinstance(w, int) else w.value if isinstance(w, Constant) else w.high) > high:
+            raise ValueError(f"must be at most {high}")
         return w
 
     def value(self, batch_size: int) -> clock_model.RoundRule:

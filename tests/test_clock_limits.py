@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from fedsim.clock import MIN_SOJOURN, TraceError, load_trace, whole_steps
-from fedsim.clock.draws import MAX_STEPS
+from fedsim.clock.model import MAX_STEPS
 from fedsim.run.clock import build_clock
 from fedsim.scenario import ScenarioError, parse_scenario
 
@@ -91,6 +91,18 @@ def test_whole_steps_never_overflow():
 def test_huge_system_numbers_are_refused(system, message):
     with pytest.raises(ScenarioError) as err:
         parse_scenario(scenario(system))
+    assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("max_local_steps", 10**30, "round.max_local_steps: Input should be less than or equal to 9007199254740992"),
+    ("local_steps", 10**30, "round.local_steps: must be at most 9007199254740992"),
+    ("local_steps", {"dist": "randint", "low": 1, "high": 10**26}, "round.local_steps: must be at most 9007199254740992"),
+    ("local_epochs", 10**7, "round.local_epochs: must be at most 1000000"),
+])
+def test_huge_work_is_refused(key, value, message):
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario({"data": {"name": "synthetic", "clients": 2}, "round": {"policy": "wait", key: value}})
     assert str(err.value).startswith(message), str(err.value)
 
 

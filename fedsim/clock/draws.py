@@ -27,7 +27,7 @@ import numpy as np
 
 from fedsim.rng import stream
 
-from .model import Constant, PerClient
+from .model import MAX_STEPS, Constant, PerClient
 
 __all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "per_client", "PerClientDraws", "select", "SLOWDOWN_FLOOR"]
 
@@ -36,9 +36,6 @@ __all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "per_client", "PerClientDra
 #: 1e-12 counts it as whole. It can grant a step that needs up to 1e-12 (relative) more time than
 #: the window has; the clock then clamps the finish time to the window (see ``sim.py``).
 STEP_GUARD = 1.0 + 1e-12
-
-#: Step counts are capped at 2**53 (every integer up to it is exact in float64; no int64 overflow).
-MAX_STEPS = 2**53
 
 #: Slowdown draws at or below zero (possible only for ``exponential``) are raised to this.
 SLOWDOWN_FLOOR = 1e-9

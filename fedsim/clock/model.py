@@ -29,7 +29,7 @@ __all__ = [
     "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
     "Speed", "Flops", "Network", "Traced", "Always", "Markov", "Diurnal", "Intervals", "System",
     "Window", "Wait", "Deadline", "Async", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
-    "MAX_TIME", "MAX_SPEED",
+    "MAX_TIME", "MAX_SPEED", "MAX_STEPS", "MAX_EPOCHS",
 ]
 
 #: Largest simulated time (seconds) a scenario or trace may state: 1e15 s is 30 million years, and
@@ -37,6 +37,10 @@ __all__ = [
 MAX_TIME = 1e15
 #: Largest local-step rate (steps per second) a scenario or trace may state.
 MAX_SPEED = 1e12
+#: Step counts are capped at 2**53 (every integer up to it is exact in float64; no int64 overflow).
+MAX_STEPS = 2**53
+#: Largest prescribed ``local_epochs`` (E n_i stays far inside int64 for any dataset size).
+MAX_EPOCHS = 10**6
 
 
 # --------------------------------------------------------------------------- distributions
