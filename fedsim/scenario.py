@@ -227,8 +227,9 @@ Availability = Annotated[
 PerClient = float | tuple[float, ...] | Dist
 
 
-def _positive_per_client(s: Any, high: float = math.inf) -> Any:
-    """A number, per-client tuple or distribution that must be > 0 (and at most ``high``)."""
+def _positive_per_client(s: Any, high: float = math.inf, low: float = 0.0) -> Any:
+    """A number, per-client tuple or distribution that must be > 0, at least ``low`` (bounded
+    distributions: their whole range; lognormal / exponential: median / mean) and at most ``high``."""
     if isinstance(s, (int, float)):
         values = [s]
     elif isinstance(s, tuple):
@@ -243,6 +244,8 @@ def _positive_per_client(s: Any, high: float = math.inf) -> Any:
         raise ValueError("must be > 0")
     if any(x > high for x in values):
         raise ValueError(f"must be at most {high:g}")
+    if any(x < low for x in values):
+        raise ValueError(f"must be at least {low:g}")
     return s
 
 
@@ -254,7 +257,7 @@ class ComputeConfig(_Frozen):
     @field_validator("flops")
     @classmethod
     def _flops(cls, f):
-        return _positive_per_client(f)
+        return _positive_per_client(f, low=1.0)
 
 
 class NetworkConfig(_Frozen):
@@ -266,7 +269,7 @@ class NetworkConfig(_Frozen):
     @field_validator("down", "up")
     @classmethod
     def _bps(cls, b):
-        return _positive_per_client(b)
+        return _positive_per_client(b, low=1.0)
 
 
 class SystemConfig(_Frozen):

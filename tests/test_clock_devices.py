@@ -126,6 +126,8 @@ def test_build_clock_passes_the_cost():
     ({"network": {"down": 1e6, "up": 0}}, "system.network.up: must be > 0"),
     ({"network": {"down": {"dist": "uniform", "low": 0, "high": 5}, "up": 1}}, "system.network.down: must be > 0"),
     ({"network": {"down": 1e6}}, "system.network.up: Field required"),
+    ({"network": {"down": 0.5, "up": 1e6}}, "system.network.down: must be at least 1"),
+    ({"compute": {"flops": 1e-300}}, "system.compute.flops: must be at least 1"),
     ({"compute": {"flops": 1e9}, "trace": "t.csv"}, "system.compute: a trace gives the speed"),
 ])
 def test_device_keys_are_validated(system, message):

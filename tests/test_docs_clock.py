@@ -36,6 +36,14 @@ def test_stated_bounds_and_constants():
     assert MIN_SOJOURN == 1e-4 and "at least 1e-4 of the shortest round" in DOC
 
 
+def test_device_lower_bounds_as_stated():
+    assert "FLOP/s and bandwidths at least 1" in DOC
+    for system in ({"compute": {"flops": 0.999}}, {"network": {"down": 1, "up": 0.999}}):
+        with pytest.raises(ValueError, match="must be at least 1"):
+            SystemConfig(**system)
+    SystemConfig(compute={"flops": 1}, network={"down": 1, "up": 1})
+
+
 def test_diurnal_defaults_as_stated():
     d = DiurnalAvailability(model="diurnal")
     assert (d.period, d.peak, d.trough, d.phase, d.mean_sojourn) == (86400.0, 0.8, 0.1, 0.0, 3600.0)
