@@ -144,3 +144,27 @@ def test_compute_scenario_round_trips():
     assert sc.system.speed is None
     again = parse_scenario(yaml.safe_load(dump_scenario(sc)))
     assert again == sc
+
+
+@pytest.mark.parametrize("network, policy, message", [
+    # 1e6 B down at 8e6 b/s = 1 s, 2e6 B up at 4e6 b/s = 4 s, 2 latencies of 0.5: 6 s >= W = 6
+    ({"down": 8e6, "up": 4e6}, {"policy": "window", "window": 6.0},
+     "system.network: the quickest download and upload take 6 s, not less than round.window (6 s)"),
+    ({"down": [8e5, 8e6], "up": {"dist": "uniform", "low": 1e5, "high": 4e6}},
+     {"policy": "deadline", "deadline": 5.0, "local_steps": 1},
+     "system.network: the quickest download and upload take 6 s, not less than round.deadline (5 s)"),
+])
+def test_a_model_too_big_for_any_window_is_refused(network, policy, message):
+    sc = parse_scenario({"data": {"clients": 2}, "system": {"latency": 0.5, "network": network}, "round": policy})
+    with pytest.raises(ScenarioError) as err:
+        build_clock(sc, [1, 1], cost=COST)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+def test_unbounded_bandwidths_or_a_fitting_client_pass():
+    # lognormal: some client may be fast enough; W = 6.01 leaves 0.01 s for client 0
+    for network, window in (({"down": {"dist": "lognormal", "median": 1e3, "sigma": 1}, "up": 4e6}, 6.0),
+                            ({"down": 8e6, "up": 4e6}, 6.01)):
+        sc = parse_scenario({"data": {"clients": 2}, "system": {"latency": 0.5, "network": network},
+                             "round": {"policy": "window", "window": window}})
+        assert build_clock(sc, [1, 1], cost=COST).num_clients == 2

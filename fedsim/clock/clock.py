@@ -94,6 +94,7 @@ class Clock:
 
         self._fixed_work = self._fixed_work_caps()
         self._check_event_rate()
+        self._check_transfers(trace)
         if isinstance(availability, Intervals):
             steady = all(not tl.changes and tl.initial for tl in self.timelines)
         else:
@@ -118,6 +119,22 @@ class Clock:
             return None
         return (PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
                 PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8)
+
+    def _check_transfers(self, trace) -> None:
+        """Refuse a network (or device trace) with which no client could ever fit its download and
+        upload into a window or deadline: every job would be dropped."""
+        policy = self.rule.policy
+        if self._net is None or not isinstance(policy, (Window, Deadline)):
+            return
+        length, key = (policy.window, "round.window") if isinstance(policy, Window) else (policy.deadline, "round.deadline")
+        down, down_bits, up, up_bits = self._net
+        fastest = 2 * self.latency + down_bits / _highest(down) + up_bits / _highest(up)
+        if fastest >= length:
+            where = trace.path if trace is not None else "system.network"
+            raise ScenarioError(
+                f"{where}: the quickest download and upload take {fastest:g} s, not less than {key} "
+                f"({length:g} s): no client could ever report"
+            )
 
     # ------------------------------------------------------------------ per-client facts
     def speed_of(self, clients: np.ndarray) -> np.ndarray:
@@ -368,6 +385,16 @@ class Clock:
                 cols = _with_offline_rows(cols, online, m, r, t_open)
             assert tuple(cols) == JOB_COLUMNS
             yield RoundTable(r, t_open, close, r + 1, cols, len(online))
+
+
+def _highest(draws: PerClientDraws) -> float:
+    """The largest value ``draws`` can give (inf when a distribution is unbounded above)."""
+    spec = draws.spec
+    if not draws.lazy:
+        return float(np.max(draws.values))
+    if isinstance(spec, (Uniform, RandInt)):
+        return float(spec.high)
+    return math.inf
 
 
 def _with_offline_rows(cols: dict, online: np.ndarray, m: int, r: int, t_open: float) -> dict:
