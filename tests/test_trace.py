@@ -226,10 +226,10 @@ def test_window_trace_paths_agree(tmp_path, repeat, cpr):
 def test_trace_states_toggle_times(tmp_path):
     # client 0 of TWO: online [0, 6), offline [6, 8), period 8 -> toggles 6, 8, 14, 16, ...
     # client 1: always online -> no toggles
-    from fedsim.clock.trace import TraceStates
+    from fedsim.clock.availability import ToggleStates
 
     ck = clock(write(tmp_path, TWO), 2, policy="window", window=5.0)
-    st = TraceStates(ck.timelines)
+    st = ToggleStates(ck.timelines)
     assert st.next.tolist() == [6.0, float("inf")]
     seen = []
     for t in (6.0, 8.0, 14.0, 16.0, 22.0):

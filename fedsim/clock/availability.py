@@ -21,7 +21,7 @@ import numpy as np
 from .draws import whole_steps
 from .keyed import keyed_exponential, keyed_uniform
 
-__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "MarkovStates", "DiurnalStates", "DiurnalTimeline", "ConstantRate", "cycle_times"]
+__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "MarkovStates", "DiurnalStates", "DiurnalTimeline", "ToggleStates", "ConstantRate", "cycle_times"]
 
 INF = math.inf
 
@@ -53,6 +53,9 @@ class OfflineIntervals:
         self.intervals = [tuple(x) for x in merged]
         self.initial = not (merged and merged[0][0] == 0.0)
         self.changes = bool(merged)
+        # as a non-repeating toggle list (ToggleStates)
+        self.inner = list(self.toggles())
+        self.wrap, self.repeat, self.period = False, "last", merged[-1][1] if merged else 0.0
 
     def toggles(self) -> Iterator[float]:
         for s, e in self.intervals:
@@ -184,6 +187,53 @@ class DiurnalTimeline:
             t = float(st.next[0])
             st.advance(t)
             yield t
+
+
+class ToggleStates:
+    """Availability of clients with fixed toggle times (traces, explicit offline intervals) as
+    arrays, replaying their timelines' ``toggles()`` exactly (same float expressions):
+    ``online[c]`` and ``next[c]``, the time of client c's next toggle (inf when there is none).
+    :meth:`advance` applies every toggle at or before t. A timeline gives ``initial``, ``inner``
+    (toggle times within its first period), ``wrap``, ``period`` and ``repeat`` (``cycle``:
+    :func:`cycle_times` of those)."""
+
+    def __init__(self, timelines: list):
+        m = len(timelines)
+        self.online = np.array([tl.initial for tl in timelines], dtype=bool)
+        self.n_inner = np.array([len(tl.inner) for tl in timelines], dtype=np.int64)
+        self.offset = np.concatenate([[0], np.cumsum(self.n_inner)[:-1]]).astype(np.int64)
+        self.inner = np.array([b for tl in timelines for b in tl.inner] + [0.0], dtype=np.float64)
+        self.wrap = np.array([tl.wrap for tl in timelines], dtype=bool)
+        self.cycle = np.array([tl.repeat == "cycle" and tl.changes for tl in timelines], dtype=bool)
+        self.period = np.array([tl.period for tl in timelines], dtype=np.float64)
+        self.j = np.zeros(m, dtype=np.int64)
+        self.next = self._time(np.arange(m, dtype=np.int64), self.j)
+
+    def _time(self, c: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Time of toggle number j of clients c (``cycle_times``: inner offsets in period 0, then
+        per period k >= 1 the wrap toggle k * P (if any) and k * P + each inner offset)."""
+        n, wrap = self.n_inner[c], self.wrap[c]
+        first = j < n
+        later = j - n
+        per = n + wrap
+        safe = np.maximum(per, 1)
+        k = 1 + later // safe
+        i = later % safe
+        base = k * self.period[c]
+        at_wrap = wrap & (i == 0)
+        inner_i = np.where(first, j, i - wrap)
+        b = self.inner[np.where((first | ~at_wrap) & (inner_i < n), self.offset[c] + np.minimum(inner_i, np.maximum(n - 1, 0)), -1)]
+        t = np.where(first, b, np.where(at_wrap, base, base + b))
+        return np.where(first | (self.cycle[c] & (per > 0)), t, np.inf)
+
+    def advance(self, t: float) -> None:
+        while True:
+            idx = np.flatnonzero(self.next <= t)
+            if not len(idx):
+                return
+            self.online[idx] = ~self.online[idx]
+            self.j[idx] += 1
+            self.next[idx] = self._time(idx, self.j[idx])
 
 
 class ConstantRate:

@@ -13,6 +13,7 @@ from fedsim.rng import stream
 
 from .availability import (
     AlwaysOnline, ConstantRate, DiurnalStates, DiurnalTimeline, MarkovStates, MarkovTimeline, OfflineIntervals,
+    ToggleStates,
 )
 from .draws import SLOWDOWN_FLOOR, PerClientDraws, select, whole_steps
 from .keyed import keyed_uniform
@@ -22,7 +23,7 @@ from .model import (
 )
 from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
 from .sim import Simulation
-from .trace import ClientTrace, TraceError, TraceRate, TraceStates, TraceTimeline, load_trace
+from .trace import ClientTrace, TraceError, TraceRate, TraceTimeline, load_trace
 
 __all__ = ["Clock", "MIN_SOJOURN"]
 
@@ -95,13 +96,9 @@ class Clock:
         self._fixed_work = self._fixed_work_caps()
         self._check_event_rate()
         self._check_transfers(trace)
-        if isinstance(availability, Intervals):
-            steady = all(not tl.changes and tl.initial for tl in self.timelines)
-        else:
-            steady = isinstance(availability, (Always, Markov, Diurnal, Traced))
-        eligible = isinstance(rule.policy, Window) and steady
+        eligible = isinstance(rule.policy, Window)
         if fast and not eligible:
-            raise ValueError("the vectorised path needs policy window and always-online, Markov or traced clients")
+            raise ValueError("the vectorised path needs policy window")
         self.fast = eligible if fast is None else bool(fast)
 
     def _bandwidths(self, trace, cost: WorkCost | None) -> tuple | None:
@@ -309,16 +306,16 @@ class Clock:
             yield plan.table()
 
     def _fast_tables(self) -> Iterator[RoundTable]:
-        """Vectorised window policy for always-online or Markov clients without a trace.
+        """Vectorised window policy (every availability model, traces included).
 
         Computes exactly what the SimPy path computes (same draws, same floating-point expressions
         as ``Simulation._start``, ``ConstantRate.fit`` / ``finish``). Each job is a closed-form
-        function of (speed, slowdown, work cap, window, transfers) and, with Markov outages, of
-        the client's next toggle: online at the open, it fails iff that toggle (an outage) comes
-        before its upload ends. Only the selected clients' speeds and transfers are drawn, and
-        every client's Markov state is a numpy array (:class:`MarkovStates`), so a round costs the
-        participants plus a few vector operations over the population. ``tests/test_clock.py``
-        checks the two paths agree.
+        function of (speed or trace integrals, slowdown, work cap, window, transfers) and of the
+        client's next availability toggle: online at the open, it fails iff that toggle (an
+        outage) comes before its upload ends. Only the selected clients' speeds and transfers are
+        drawn, and every client's availability is numpy state (:class:`MarkovStates`,
+        :class:`DiurnalStates`, :class:`ToggleStates`), so a round costs the participants plus a
+        few vector operations over the population. The tests compare the two paths.
         """
         rule, m = self.rule, self.num_clients
         everyone = np.arange(m, dtype=np.int64)
@@ -329,8 +326,8 @@ class Clock:
             states = MarkovStates(av.mean_online, av.mean_offline, self.seed, m)
         elif isinstance(av, Diurnal):
             states = DiurnalStates(av, self.seed, everyone, diurnal_phases(av.phase, m, self.seed))
-        elif isinstance(av, Traced):
-            states = TraceStates(self.timelines)
+        elif isinstance(av, (Traced, Intervals)):
+            states = ToggleStates(self.timelines)
         else:
             states = None
         for r in itertools.count():

@@ -58,7 +58,7 @@ from .availability import cycle_times
 from .draws import whole_steps
 from .model import MAX_SPEED, MAX_TIME
 
-__all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS", "DEVICE_COLUMNS", "TraceStates"]
+__all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS", "DEVICE_COLUMNS"]
 
 TRACE_COLUMNS = ("client", "start", "end", "online", "speed")
 #: Device traces (e.g. imported from FedScale): per-sample compute time and bandwidths; ``online``
@@ -279,50 +279,6 @@ class TraceTimeline:
         if self.repeat == "last":
             return iter(self.inner)
         return cycle_times(self.period, self.inner, self.wrap)
-
-
-class TraceStates:
-    """Every traced client's availability as arrays, replaying :meth:`TraceTimeline.toggles`
-    exactly (same float expressions): ``online[c]`` and ``next[c]``, the time of client c's next
-    toggle (inf when there is none). :meth:`advance` applies every toggle at or before t."""
-
-    def __init__(self, timelines: list[TraceTimeline]):
-        m = len(timelines)
-        self.online = np.array([tl.initial for tl in timelines], dtype=bool)
-        self.n_inner = np.array([len(tl.inner) for tl in timelines], dtype=np.int64)
-        self.offset = np.concatenate([[0], np.cumsum(self.n_inner)[:-1]]).astype(np.int64)
-        self.inner = np.array([b for tl in timelines for b in tl.inner] + [0.0], dtype=np.float64)
-        self.wrap = np.array([tl.wrap for tl in timelines], dtype=bool)
-        self.cycle = np.array([tl.repeat == "cycle" and tl.changes for tl in timelines], dtype=bool)
-        self.period = np.array([tl.period for tl in timelines], dtype=np.float64)
-        self.j = np.zeros(m, dtype=np.int64)
-        self.next = self._time(np.arange(m, dtype=np.int64), self.j)
-
-    def _time(self, c: np.ndarray, j: np.ndarray) -> np.ndarray:
-        """Time of toggle number j of clients c (``cycle_times``: inner offsets in period 0, then
-        per period k >= 1 the wrap toggle k * P (if any) and k * P + each inner offset)."""
-        n, wrap = self.n_inner[c], self.wrap[c]
-        first = j < n
-        later = j - n
-        per = n + wrap
-        safe = np.maximum(per, 1)
-        k = 1 + later // safe
-        i = later % safe
-        base = k * self.period[c]
-        at_wrap = wrap & (i == 0)
-        inner_i = np.where(first, j, i - wrap)
-        b = self.inner[np.where((first | ~at_wrap) & (inner_i < n), self.offset[c] + np.minimum(inner_i, np.maximum(n - 1, 0)), -1)]
-        t = np.where(first, b, np.where(at_wrap, base, base + b))
-        return np.where(first | (self.cycle[c] & (per > 0)), t, np.inf)
-
-    def advance(self, t: float) -> None:
-        while True:
-            idx = np.flatnonzero(self.next <= t)
-            if not len(idx):
-                return
-            self.online[idx] = ~self.online[idx]
-            self.j[idx] += 1
-            self.next[idx] = self._time(idx, self.j[idx])
 
 
 class TraceRate:
