@@ -168,3 +168,27 @@ def test_unbounded_bandwidths_or_a_fitting_client_pass():
         sc = parse_scenario({"data": {"clients": 2}, "system": {"latency": 0.5, "network": network},
                              "round": {"policy": "window", "window": window}})
         assert build_clock(sc, [1, 1], cost=COST).num_clients == 2
+
+
+def test_failed_job_keeps_the_finished_download_only():
+    # wait, latency 0.5, 4 steps at 1/s: client 0 goes offline at 2.0 (computing) -> failed after
+    # its download; client 1 offline at 0.25 (downloading) -> failed before it
+    clock = make({"speed": 1.0, "latency": 0.5, "availability": [[[2.0, 9.0]], [[0.25, 9.0]]]}, cost=None,
+                 policy="wait", local_steps=4)
+    assert jobs(clock) == [
+        (0, "failed", 0, 0.0, 2.0, 0.5, 0.0),
+        (1, "failed", 0, 0.0, 0.25, 0.0, 0.0),
+    ]
+
+
+def test_async_available_is_the_online_count_when_the_first_job_started():
+    # 3 clients, client 2 offline in [0, 1): the first jobs start at 0 with 2 of 3 online
+    clock = make({"speed": [1.0, 2.0, 4.0], "latency": 0.5, "availability": [[], [], [[0.0, 1.0]]]}, m=3, cost=None,
+                 policy="async", local_steps=2, concurrency=2, buffer=1)
+    plans = list(itertools.islice(clock.plans(), 3))
+    # update 0: client 1 (speed 2) arrives at 0.5 + 1 + 0.5 = 2; its job started at 0 (2 online)
+    assert [(j.client, j.start) for j in plans[0].jobs] == [(1, 0.0)] and plans[0].available == 2
+    # update 1: client 0 arrives at 3, started at 0 -> 2. At 2 the freed slot went to client 1 again
+    # (picked among 1 and 2, online since 1), which arrives at 4: update 2, started with 3 online
+    assert [(j.client, j.start) for j in plans[1].jobs] == [(0, 0.0)] and plans[1].available == 2
+    assert [(j.client, j.start) for j in plans[2].jobs] == [(1, 2.0)] and plans[2].available == 3
