@@ -188,7 +188,11 @@ def test_async_available_is_the_online_count_when_the_first_job_started():
     plans = list(itertools.islice(clock.plans(), 3))
     # update 0: client 1 (speed 2) arrives at 0.5 + 1 + 0.5 = 2; its job started at 0 (2 online)
     assert [(j.client, j.start) for j in plans[0].jobs] == [(1, 0.0)] and plans[0].available == 2
-    # update 1: client 0 arrives at 3, started at 0 -> 2. At 2 the freed slot went to client 1 again
-    # (picked among 1 and 2, online since 1), which arrives at 4: update 2, started with 3 online
+    # update 1: client 0 arrives at 3, started at 0 -> 2. At 2 the freed slot goes to the first of
+    # a permutation of [1, 2] (stream ("select", 2): job seq 2); client 1 would arrive at 4, client 2
+    # at 3.5, both before the job started at 3 -> update 2 is that pick, started at 2 with 3 online
+    from fedsim.rng import stream
+
+    pick = [1, 2][int(stream(0, "select", 2).permutation(2)[0])]
     assert [(j.client, j.start) for j in plans[1].jobs] == [(0, 0.0)] and plans[1].available == 2
-    assert [(j.client, j.start) for j in plans[2].jobs] == [(1, 2.0)] and plans[2].available == 3
+    assert [(j.client, j.start) for j in plans[2].jobs] == [(pick, 2.0)] and plans[2].available == 3
