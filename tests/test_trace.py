@@ -311,3 +311,15 @@ def test_device_trace_and_network_exclude_each_other(tmp_path):
     with pytest.raises(ScenarioError, match="^system.network: a device trace gives the bandwidths"):
         Clock(system.value(10), RoundConfig(window=5.0).value(10), Population.of([1, 1]), seed=0,
               cost=WorkCost(1.0, 1.0, 1.0))
+
+
+def test_importer_layout_with_online_column_and_device_values_on_offline_rows(tmp_path):
+    # what fedsim/devices writes: comments, online column, the device's values on every row
+    text = ("# generated\nclient,start,end,online,sample_seconds,down_kbps,up_kbps\n"
+            "0,0,100,1,0.012,5000,1200\n0,100,2400,0,0.012,5000,1200\n"
+            "1,0,2000,0,0.5,80,20\n1,2000,2400,1,0.5,80,20\n")
+    trace = load_trace(write(tmp_path, text), 2)
+    assert trace.device and [c.period for c in trace.clients] == [2400.0, 2400.0]
+    assert [c.online.tolist() for c in trace.clients] == [[True, False], [False, True]]
+    assert trace.clients[0].speed.tolist() == [1 / 0.012, 0.0] and trace.clients[1].speed.tolist() == [0.0, 2.0]
+    assert (trace.down_kbps.tolist(), trace.up_kbps.tolist()) == ([5000.0, 80.0], [1200.0, 20.0])
