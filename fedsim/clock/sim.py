@@ -85,7 +85,7 @@ class _Run:
         self.status = "running"
         self.end = math.nan
         self.process = None
-        self.phase = 0  # transfers finished: 1 after the download, 3 after the upload
+        self.phase = 0  # phases finished, of download, compute, upload
 
     def transfers(self) -> tuple[float, float]:
         """(download, upload) seconds of the transfers the job finished (0 for one it did not)."""
@@ -100,7 +100,7 @@ class _Run:
 class Simulation:
     """One run of a :class:`~fedsim.clock.Clock` from t = 0; ``next_plan()`` advances it to the
     next plan. Reads the clock's ``rule``, ``seed``, ``p``, ``num_clients``, ``timelines``,
-    ``rates``, ``download`` / ``upload`` seconds, ``slowdown()`` and ``work_cap()``."""
+    ``rates``, ``transfers_of()``, ``slowdown()`` and ``work_cap()``."""
 
     def __init__(self, clock, log: list | None = None):
         self.clock = clock
