@@ -20,8 +20,10 @@ import numpy as np
 
 from .draws import whole_steps
 from .keyed import keyed_exponential, keyed_uniform
+from .model import Always, Constant, Diurnal, Intervals, Markov, Traced, Uniform
 
-__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "MarkovStates", "DiurnalStates", "DiurnalTimeline", "ToggleStates", "ConstantRate", "cycle_times"]
+__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "MarkovStates", "DiurnalStates", "DiurnalTimeline", "ToggleStates",
+    "timelines", "availability_states", "diurnal_phases", "ConstantRate", "cycle_times"]
 
 INF = math.inf
 
@@ -262,3 +264,43 @@ def cycle_times(period: float, inner: Sequence[float], wrap: bool) -> Iterator[f
             yield base
         for b in inner:
             yield base + b
+
+
+def diurnal_phases(phase, m: int, seed: int) -> np.ndarray:
+    """Per-client phases (seconds) of a diurnal cycle: a number, one per client, or uniform draws
+    ``low + (high - low) * u(seed, "phase", client, 0)`` (keyed, so a million cost one vector)."""
+    if isinstance(phase, Uniform):
+        return phase.low + (phase.high - phase.low) * keyed_uniform(seed, "phase", np.arange(m), 0)
+    if isinstance(phase, Constant):
+        return np.full(m, float(phase.value))
+    if isinstance(phase, tuple):
+        if len(phase) != m:
+            raise ValueError(f"need one phase per client ({m}), got {len(phase)}")
+        return np.asarray(phase, dtype=np.float64)
+    return np.full(m, float(phase))
+
+
+def timelines(availability: Always | Markov | Diurnal | Intervals, m: int, seed: int) -> list:
+    """One timeline per client (the SimPy path's availability processes walk them)."""
+    if isinstance(availability, Always):
+        return [AlwaysOnline() for _ in range(m)]
+    if isinstance(availability, Markov):
+        return [MarkovTimeline(availability.mean_online, availability.mean_offline, seed, c) for c in range(m)]
+    if isinstance(availability, Diurnal):
+        phases = diurnal_phases(availability.phase, m, seed)
+        return [DiurnalTimeline(availability, seed, c, float(phases[c])) for c in range(m)]
+    if len(availability.offline) != m:
+        raise ValueError(f"system.availability: needs one interval list per client ({m})")
+    return [OfflineIntervals(iv) for iv in availability.offline]
+
+
+def availability_states(availability, m: int, seed: int, timelines_of) -> MarkovStates | DiurnalStates | ToggleStates | None:
+    """Every client's availability as numpy state for the vectorised path (None: always online);
+    ``timelines_of()`` gives the per-client timelines that fixed toggle times are read from."""
+    if isinstance(availability, Markov):
+        return MarkovStates(availability.mean_online, availability.mean_offline, seed, m)
+    if isinstance(availability, Diurnal):
+        return DiurnalStates(availability, seed, np.arange(m, dtype=np.int64), diurnal_phases(availability.phase, m, seed))
+    if isinstance(availability, (Intervals, Traced)):
+        return ToggleStates(timelines_of())
+    return None

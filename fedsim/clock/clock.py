@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Iterator
 
@@ -11,26 +10,22 @@ import numpy as np
 from fedsim.errors import ScenarioError
 from fedsim.rng import stream
 
-from .availability import (
-    AlwaysOnline, ConstantRate, DiurnalStates, DiurnalTimeline, MarkovStates, MarkovTimeline, OfflineIntervals,
-    ToggleStates,
-)
-from .draws import SLOWDOWN_FLOOR, PerClientDraws, select, whole_steps
-from .keyed import keyed_uniform
+from . import availability as av_models
+from .availability import ConstantRate
+from .draws import SLOWDOWN_FLOOR, PerClientDraws, whole_steps
 from .model import (
-    Always, Constant, Deadline, Diurnal, Epochs, Flops, Intervals, Markov, Population, RandInt, RoundRule, Speed, System,
-    Traced, Uniform, Window, WorkCost,
+    Deadline, Diurnal, Epochs, Flops, Markov, Population, RandInt, RoundRule, Speed, System, Traced, Uniform, Window,
+    WorkCost,
 )
-from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
+from .plan import RoundPlan, RoundTable
 from .sim import Simulation
 from .trace import ClientTrace, TraceError, TraceRate, TraceTimeline, load_trace
+from .vectorised import window_tables
 
 __all__ = ["Clock", "MIN_SOJOURN"]
 
 #: Markov mean sojourns and cycled trace periods are at least this fraction of the shortest round.
 MIN_SOJOURN = 1e-4
-
-_COMPLETED, _DROPPED, _OFFLINE, _FAILED = (STATUSES.index(s) for s in ("completed", "dropped", "offline", "failed"))
 
 
 class Clock:
@@ -93,7 +88,7 @@ class Clock:
                 self._step_flops = float(cost.step_flops)
         self._net = self._bandwidths(trace, cost)
 
-        self._fixed_work = self._fixed_work_caps()
+        self.fixed_work = self._fixed_work_caps()
         self._check_event_rate()
         self._check_transfers(trace)
         eligible = isinstance(rule.policy, Window)
@@ -163,7 +158,7 @@ class Clock:
     def timelines(self) -> list:
         """Per-client availability timelines (built on first use: the vectorised path needs none)."""
         if self._timelines is None:
-            self._timelines = _timelines(self.system.availability, self.num_clients, self.seed)
+            self._timelines = av_models.timelines(self.system.availability, self.num_clients, self.seed)
         return self._timelines
 
     @property
@@ -234,8 +229,8 @@ class Clock:
         client, key), so a client selected in round r does the same work whatever else changes
         (clients_per_round, sampling, other clients, the algorithm).
         """
-        if self._fixed_work is not None:
-            w = self._fixed_work[client]
+        if self.fixed_work is not None:
+            w = self.fixed_work[client]
             return None if w < 0 else int(w)
         value = self.rule.work.dist.sample(stream(self.seed, "work", client, key))
         return self._cap(self._steps_from(value, client))
@@ -271,26 +266,13 @@ class Clock:
             steps = whole_steps(value * self.client_sizes / work.batch_size)
         return steps if cap is None else np.minimum(steps, cap)
 
-    def _trace_jobs(self, chosen, r, t_d, t_to, slow) -> tuple[np.ndarray, np.ndarray]:
-        """Window jobs of traced clients: (tau, compute end), as ``Simulation._start`` computes them."""
-        tau = np.zeros(len(chosen), dtype=np.int64)
-        t_c = np.zeros(len(chosen))
-        slows = np.broadcast_to(slow, (len(chosen),))
-        for i, c in enumerate(chosen.tolist()):
-            rate, s = self.rates[c], float(slows[i])
-            fit = rate.fit(float(t_d[i]), float(t_to[i]), s)
-            cap = self.work_cap(c, r)
-            tau[i] = fit if cap is None else min(fit, cap)
-            t_c[i] = min(rate.finish(float(t_d[i]), int(tau[i]), s), float(t_to[i]))
-        return tau, t_c
-
     # ------------------------------------------------------------------ schedules
     def plans(self, log: list | None = None) -> Iterator[RoundPlan]:
         """Infinite iterator of round plans; each ``next()`` advances the simulation until the
         next plan is ready. ``log`` (SimPy path only) collects ``(time, event, client, key)``
         tuples: start, download, compute, upload, failed, dropped, online, offline."""
         if self.fast and log is None:
-            for table in self._fast_tables():
+            for table in window_tables(self):
                 yield table.plan()
             return
         sim = Simulation(self, log)
@@ -300,88 +282,10 @@ class Clock:
     def tables(self) -> Iterator[RoundTable]:
         """The same schedule as :meth:`plans`, as numpy columns (fast for clock-only runs)."""
         if self.fast:
-            yield from self._fast_tables()
+            yield from window_tables(self)
             return
         for plan in self.plans():
             yield plan.table()
-
-    def _fast_tables(self) -> Iterator[RoundTable]:
-        """Vectorised window policy (every availability model, traces included).
-
-        Computes exactly what the SimPy path computes (same draws, same floating-point expressions
-        as ``Simulation._start``, ``ConstantRate.fit`` / ``finish``). Each job is a closed-form
-        function of (speed or trace integrals, slowdown, work cap, window, transfers) and of the
-        client's next availability toggle: online at the open, it fails iff that toggle (an
-        outage) comes before its upload ends. Only the selected clients' speeds and transfers are
-        drawn, and every client's availability is numpy state (:class:`MarkovStates`,
-        :class:`DiurnalStates`, :class:`ToggleStates`), so a round costs the participants plus a
-        few vector operations over the population. The tests compare the two paths.
-        """
-        rule, m = self.rule, self.num_clients
-        everyone = np.arange(m, dtype=np.int64)
-        W = rule.policy.window
-        no_slowdown = self.system.slowdown is None
-        av = self.system.availability
-        if isinstance(av, Markov):
-            states = MarkovStates(av.mean_online, av.mean_offline, self.seed, m)
-        elif isinstance(av, Diurnal):
-            states = DiurnalStates(av, self.seed, everyone, diurnal_phases(av.phase, m, self.seed))
-        elif isinstance(av, (Traced, Intervals)):
-            states = ToggleStates(self.timelines)
-        else:
-            states = None
-        for r in itertools.count():
-            t_open, close = r * W, (r + 1) * W
-            online = everyone
-            if states is not None:
-                states.advance(t_open)
-                online = np.flatnonzero(states.online)
-            chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, self.p, self.seed, r)
-            speed = self.speed_of(chosen)
-            down, up = self.transfers_of(chosen)
-            slow = 1.0 if no_slowdown else np.array([self.slowdown(int(c), r) for c in chosen])
-            t_d = t_open + down
-            t_to = close - up
-            if isinstance(av, Traced):  # time-varying speed: the SimPy path's per-job integrals
-                tau, t_c = self._trace_jobs(chosen, r, t_d, t_to, slow)
-            else:
-                tau = whole_steps((t_to - t_d) * speed / slow)
-                if self._fixed_work is not None:
-                    cap = self._fixed_work[chosen]
-                    tau = np.where(cap >= 0, np.minimum(tau, cap), tau)
-                else:
-                    cap = np.array([self.work_cap(int(c), r) for c in chosen], dtype=np.int64)
-                    tau = np.minimum(tau, cap)
-                t_c = np.minimum(t_d + tau * slow / speed, t_to)
-            t_u = np.minimum(t_c + up, close)
-            started = tau > 0
-            if states is None:
-                failed = np.zeros(len(chosen), dtype=bool)
-                t_fail = t_u
-            else:
-                t_fail = states.next[chosen]
-                failed = started & (t_fail < t_u)
-            done = started & ~failed
-            n = len(chosen)
-            cols = {
-                "round": np.full(n, r, dtype=np.int64),
-                "client": chosen.astype(np.int64),
-                "status": np.where(failed, _FAILED, np.where(done, _COMPLETED, _DROPPED)).astype(np.int8),
-                "steps": np.where(done, tau, 0).astype(np.int64),
-                "start": np.full(n, t_open, dtype=np.float64),
-                "end": np.where(failed, t_fail, np.where(done, t_u, close)).astype(np.float64),
-                "key": np.full(n, r, dtype=np.int64),
-                "version": np.full(n, r, dtype=np.int64),
-                "staleness": np.zeros(n, dtype=np.int64),
-                "weight": np.asarray(weights, dtype=np.float64),
-                "count": np.asarray(counts, dtype=np.int64),
-                "download": np.where(done | (failed & (t_d < t_fail)), down, 0.0),
-                "upload": np.where(done, up, 0.0),
-            }
-            if rule.clients_per_round is None and len(online) < m:
-                cols = _with_offline_rows(cols, online, m, r, t_open)
-            assert tuple(cols) == JOB_COLUMNS
-            yield RoundTable(r, t_open, close, r + 1, cols, len(online))
 
 
 def _highest(draws: PerClientDraws) -> float:
@@ -392,41 +296,3 @@ def _highest(draws: PerClientDraws) -> float:
     if isinstance(spec, (Uniform, RandInt)):
         return float(spec.high)
     return math.inf
-
-
-def _with_offline_rows(cols: dict, online: np.ndarray, m: int, r: int, t_open: float) -> dict:
-    """Full participation: add an ``offline`` row for every client offline at the open, sorted by client."""
-    off = np.setdiff1d(np.arange(m, dtype=np.int64), online)
-    k = len(off)
-    extra = {name: np.zeros(k, dtype=col.dtype) for name, col in cols.items()}
-    extra.update(round=np.full(k, r), client=off, status=np.full(k, _OFFLINE), start=np.full(k, t_open),
-                 end=np.full(k, t_open), key=np.full(k, r), version=np.full(k, r))
-    order = np.argsort(np.concatenate([cols["client"], off]), kind="stable")
-    return {name: np.concatenate([cols[name], extra[name].astype(cols[name].dtype)])[order] for name in cols}
-
-
-def diurnal_phases(phase, m: int, seed: int) -> np.ndarray:
-    """Per-client phases (seconds) of a diurnal cycle: a number, one per client, or uniform draws
-    ``low + (high - low) * u(seed, "phase", client, 0)`` (keyed, so a million cost one vector)."""
-    if isinstance(phase, Uniform):
-        return phase.low + (phase.high - phase.low) * keyed_uniform(seed, "phase", np.arange(m), 0)
-    if isinstance(phase, Constant):
-        return np.full(m, float(phase.value))
-    if isinstance(phase, tuple):
-        if len(phase) != m:
-            raise ValueError(f"need one phase per client ({m}), got {len(phase)}")
-        return np.asarray(phase, dtype=np.float64)
-    return np.full(m, float(phase))
-
-
-def _timelines(availability: Always | Markov | Diurnal | Intervals, m: int, seed: int) -> list:
-    if isinstance(availability, Always):
-        return [AlwaysOnline() for _ in range(m)]
-    if isinstance(availability, Markov):
-        return [MarkovTimeline(availability.mean_online, availability.mean_offline, seed, c) for c in range(m)]
-    if isinstance(availability, Diurnal):
-        phases = diurnal_phases(availability.phase, m, seed)
-        return [DiurnalTimeline(availability, seed, c, float(phases[c])) for c in range(m)]
-    if len(availability.offline) != m:
-        raise ValueError(f"system.availability: needs one interval list per client ({m})")
-    return [OfflineIntervals(iv) for iv in availability.offline]
