@@ -12,7 +12,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator,
+)
+
+from .clock import model as clock_model
+from .clock.model import MAX_EPOCHS, MAX_SPEED, MAX_STEPS, MAX_TIME
+from .errors import ScenarioError
 
 __all__ = [
     "ScenarioError",
@@ -22,10 +28,6 @@ __all__ = [
     "apply_overrides",
     "dump_scenario",
 ]
-
-
-class ScenarioError(ValueError):
-    """Invalid scenario: ``str(err)`` is one line, ``field.path: problem``."""
 
 
 class _Frozen(BaseModel):
@@ -177,35 +179,123 @@ class MarkovAvailability(_Frozen):
     """Two-state Markov availability: exponential online/offline sojourns with these means."""
 
     model: Literal["markov"]
-    mean_online: float = Field(gt=0)
-    mean_offline: float = Field(gt=0)
+    mean_online: float = Field(gt=0, le=MAX_TIME)
+    mean_offline: float = Field(gt=0, le=MAX_TIME)
+
+
+class DiurnalAvailability(_Frozen):
+    """A daily cycle: online probability trough + (peak - trough) (1 + cos(2 pi (t - phase) /
+    period)) / 2 per client, followed by on/off sojourns of about ``mean_sojourn`` seconds."""
+
+    model: Literal["diurnal"]
+    period: float = Field(86400.0, gt=0, le=MAX_TIME)
+    peak: float = Field(0.8, ge=0, le=1)
+    trough: float = Field(0.1, ge=0, le=1)
+    phase: float | tuple[float, ...] | Uniform = 0.0
+    mean_sojourn: float = Field(3600.0, gt=0, le=MAX_TIME)
+
+    @model_validator(mode="after")
+    def _levels(self):
+        if self.trough > self.peak:
+            raise _FieldError("system.availability.trough", "must be <= peak")
+        if self.peak == 0:
+            raise _FieldError("system.availability.peak", "must be > 0 (else no client is ever online)")
+        return self
 
 
 Interval = tuple[float, float]
 
 
-class SystemConfig(_Frozen):
-    """System heterogeneity: speeds, slowdowns, latency, availability, measured traces."""
+def _availability_kind(v: Any) -> str:
+    """Which member of ``system.availability`` a value is meant to be (so errors name its keys)."""
+    if isinstance(v, dict):
+        return "diurnal" if v.get("model") == "diurnal" else "markov"
+    if isinstance(v, (MarkovAvailability, DiurnalAvailability)):
+        return v.model
+    return "always" if isinstance(v, str) else "intervals"
 
-    speed: float | tuple[float, ...] | Dist = 1.0
+
+Availability = Annotated[
+    Union[
+        Annotated[Literal["always"], Tag("always")],
+        Annotated[MarkovAvailability, Tag("markov")],
+        Annotated[DiurnalAvailability, Tag("diurnal")],
+        Annotated[tuple[tuple[Interval, ...], ...], Tag("intervals")],
+    ],
+    Discriminator(_availability_kind),
+]
+PerClient = float | tuple[float, ...] | Dist
+
+
+def _positive_per_client(s: Any, high: float = math.inf, low: float = 0.0) -> Any:
+    """A number, per-client tuple or distribution that must be > 0, at least ``low`` (bounded
+    distributions: their whole range; lognormal / exponential: median / mean) and at most ``high``."""
+    if isinstance(s, (int, float)):
+        values = [s]
+    elif isinstance(s, tuple):
+        if not s:
+            raise ValueError("must be > 0")
+        values = list(s)
+    elif isinstance(s, (Uniform, RandInt, Constant)):
+        values = [dist_low(s), s.value if isinstance(s, Constant) else s.high]
+    else:
+        values = [s.median if isinstance(s, LogNormal) else s.mean]
+    if any(not (x > 0 and math.isfinite(x)) for x in values):
+        raise ValueError("must be > 0")
+    if any(x > high for x in values):
+        raise ValueError(f"must be at most {high:g}")
+    if any(x < low for x in values):
+        raise ValueError(f"must be at least {low:g}")
+    return s
+
+
+class ComputeConfig(_Frozen):
+    """Device compute: FLOP/s (one local step takes the model's step FLOPs / flops seconds)."""
+
+    flops: PerClient
+
+    @field_validator("flops")
+    @classmethod
+    def _flops(cls, f):
+        return _positive_per_client(f, low=1.0)
+
+
+class NetworkConfig(_Frozen):
+    """Bandwidths in bits per second (download: model bytes x 8 / down; upload: upload bytes x 8 / up)."""
+
+    down: PerClient
+    up: PerClient
+
+    @field_validator("down", "up")
+    @classmethod
+    def _bps(cls, b):
+        return _positive_per_client(b, low=1.0)
+
+
+class SystemConfig(_Frozen):
+    """System heterogeneity: speeds or device compute, network, slowdowns, latency, availability,
+    measured traces."""
+
+    speed: PerClient | None = 1.0
+    compute: ComputeConfig | None = None
+    network: NetworkConfig | None = None
     slowdown: Dist | None = None
-    latency: float = Field(0.0, ge=0)
-    availability: Literal["always"] | MarkovAvailability | tuple[tuple[Interval, ...], ...] = "always"
+    latency: float = Field(0.0, ge=0, le=MAX_TIME)
+    availability: Availability = "always"
     trace: str | None = None
     trace_repeat: Literal["cycle", "last"] = "cycle"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _speed_or_compute(cls, data):
+        if isinstance(data, dict) and data.get("compute") is not None and "speed" not in data:
+            return {**data, "speed": None}  # compute replaces the default speed
+        return data
 
     @field_validator("speed")
     @classmethod
     def _speed(cls, s):
-        if isinstance(s, (int, float)):
-            if not s > 0 or not math.isfinite(s):
-                raise ValueError("must be > 0")
-        elif isinstance(s, tuple):
-            if not s or any(not (x > 0 and math.isfinite(x)) for x in s):
-                raise ValueError("must be > 0")
-        elif isinstance(s, (Uniform, RandInt, Constant)) and dist_low(s) <= 0:
-            raise ValueError("must be > 0")
-        return s
+        return s if s is None else _positive_per_client(s, MAX_SPEED)
 
     @field_validator("slowdown")
     @classmethod
@@ -222,18 +312,72 @@ class SystemConfig(_Frozen):
                 for s, e in intervals:
                     if not 0 <= s < e:
                         raise ValueError("offline intervals need 0 <= start < end")
+                    if e > MAX_TIME:
+                        raise ValueError(f"offline intervals must end by {MAX_TIME:g} s")
         return a
+
+    @model_validator(mode="after")
+    def _compute(self):
+        if self.speed is None and self.compute is None:
+            raise _FieldError("system.speed", "give speed (steps per second) or compute (FLOP/s)")
+        if self.speed is not None and self.compute is not None:
+            raise _FieldError("system.compute", "give speed or compute, not both")
+        if self.trace is not None and self.compute is not None:
+            raise _FieldError("system.compute", "a trace gives the speed; give either a trace or compute")
+        return self
+
+    def value(self, batch_size: int = 32) -> clock_model.System:
+        """The clock's :class:`fedsim.clock.model.System` (a trace replaces compute and
+        availability; ``batch_size`` sets a device trace's step time)."""
+        cm = clock_model
+        av = self.availability
+        if self.trace is not None:
+            compute = availability = cm.Traced(self.trace, self.trace_repeat, batch_size)
+        else:
+            compute = cm.Speed(_per_client_value(self.speed)) if self.compute is None \
+                else cm.Flops(_per_client_value(self.compute.flops))
+            if av == "always":
+                availability = cm.Always()
+            elif isinstance(av, MarkovAvailability):
+                availability = cm.Markov(av.mean_online, av.mean_offline)
+            elif isinstance(av, DiurnalAvailability):
+                phase = av.phase if isinstance(av.phase, (int, float, tuple)) else _dist_value(av.phase)
+                availability = cm.Diurnal(av.period, av.peak, av.trough, phase, av.mean_sojourn)
+            else:
+                availability = cm.Intervals(av)
+        network = None if self.network is None else \
+            cm.Network(_per_client_value(self.network.down), _per_client_value(self.network.up))
+        slowdown = None if self.slowdown is None else _dist_value(self.slowdown)
+        return cm.System(compute, availability, slowdown, float(self.latency), network)
+
+
+def _dist_value(d: Any) -> Any:
+    """The clock's distribution value (with ``sample(rng)``) of a scenario distribution."""
+    cm = clock_model
+    if isinstance(d, Uniform):
+        return cm.Uniform(d.low, d.high)
+    if isinstance(d, LogNormal):
+        return cm.LogNormal(d.median, d.sigma)
+    if isinstance(d, RandInt):
+        return cm.RandInt(d.low, d.high)
+    if isinstance(d, Exponential):
+        return cm.Exponential(d.mean)
+    return cm.Constant(d.value)
+
+
+def _per_client_value(x: Any) -> Any:
+    return x if isinstance(x, (int, float, tuple)) else _dist_value(x)
 
 
 class RoundConfig(_Frozen):
     """Server round policy and the work each client is given."""
 
     policy: Literal["window", "wait", "deadline", "async"] = "window"
-    window: float | None = Field(None, gt=0)
-    deadline: float | None = Field(None, gt=0)
+    window: float | None = Field(None, gt=0, le=MAX_TIME)
+    deadline: float | None = Field(None, gt=0, le=MAX_TIME)
     local_steps: int | IntDist | None = None
     local_epochs: int | IntDist | None = None
-    max_local_steps: int | None = Field(None, ge=1)
+    max_local_steps: int | None = Field(None, ge=1, le=MAX_STEPS)
     clients_per_round: int | None = Field(None, ge=1)
     sampling: Literal["uniform", "weighted"] = "uniform"
     # asynchronous policy
@@ -242,12 +386,36 @@ class RoundConfig(_Frozen):
 
     @field_validator("local_steps", "local_epochs")
     @classmethod
-    def _work(cls, w):
+    def _work(cls, w, info):
         if isinstance(w, Constant) and not float(w.value).is_integer():
             raise ValueError("a constant number of steps or epochs must be an integer")
         if w is not None and dist_low(w) < 1:
             raise ValueError("must be >= 1")
+        high = MAX_STEPS if info.field_name == "local_steps" else MAX_EPOCHS
+        if w is not None and (w if isinstance(w, int) else w.value if isinstance(w, Constant) else w.high) > high:
+            raise ValueError(f"must be at most {high}")
         return w
+
+    def value(self, batch_size: int) -> clock_model.RoundRule:
+        """The clock's :class:`fedsim.clock.model.RoundRule` (``batch_size`` B for local_epochs)."""
+        cm = clock_model
+        policy = {
+            "window": lambda: cm.Window(self.window),
+            "wait": cm.Wait,
+            "deadline": lambda: cm.Deadline(self.deadline),
+            "async": lambda: cm.Async(self.concurrency, self.buffer),
+        }[self.policy]()
+
+        def dist(w):
+            return cm.Constant(w) if isinstance(w, int) else _dist_value(w)
+
+        if self.local_steps is not None:
+            work = cm.Steps(dist(self.local_steps))
+        elif self.local_epochs is not None:
+            work = cm.Epochs(dist(self.local_epochs), batch_size)
+        else:
+            work = None
+        return cm.RoundRule(policy, work, self.max_local_steps, self.clients_per_round, self.sampling)
 
 
 class AlgorithmConfig(_Frozen):
@@ -355,6 +523,8 @@ class Scenario(_Frozen):
         if isinstance(self.system.speed, tuple) and len(self.system.speed) != m:
             raise _FieldError("system.speed", f"needs one speed per client ({m})")
         av = self.system.availability
+        if isinstance(av, DiurnalAvailability) and isinstance(av.phase, tuple) and len(av.phase) != m:
+            raise _FieldError("system.availability.phase", f"needs one phase per client ({m})")
         if isinstance(av, tuple) and len(av) != m:
             raise _FieldError("system.availability", f"needs one interval list per client ({m})")
         two_lat = 2 * self.system.latency
@@ -470,9 +640,10 @@ def _is_union_tag(p: Any) -> bool:
     # pydantic puts union member names (e.g. 'float', 'tuple[float, ...]', 'uniform') in loc
     return isinstance(p, str) and (
         p in {"float", "int", "str", "bool", "uniform", "lognormal", "randint", "constant", "exponential"}
+        or p in {"always", "markov", "diurnal", "intervals"}  # system.availability's tags
         or "[" in p
         or p.startswith("function-")
-        or p in {"MarkovAvailability", "literal['always']", "Uniform", "LogNormal", "RandInt", "Constant"}
+        or p in {"MarkovAvailability", "DiurnalAvailability", "literal['always']", "Uniform", "LogNormal", "RandInt", "Constant"}
     )
 
 

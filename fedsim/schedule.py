@@ -1,7 +1,8 @@
 """Clock-only mode (``fedsim run X.yaml --schedule-only``): the system trace without training.
 
 Writes ``clients.csv`` (same columns as a full run; ``a_norm`` empty) and ``rounds.csv`` with the
-clock's columns (``round, sim_time, participants, tau_mean, tau_min, tau_max``), for planning.
+clock's columns (``round, sim_time, participants, tau_mean, tau_min, tau_max, available``:
+``available`` is the number of clients online at the round's open), for planning.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .scenario import Scenario
 
 __all__ = ["run_schedule", "client_sizes_and_weights", "round_line", "client_lines"]
 
-SCHEDULE_ROUND_COLUMNS = ["round", "sim_time", "participants", "tau_mean", "tau_min", "tau_max"]
+SCHEDULE_ROUND_COLUMNS = ["round", "sim_time", "participants", "tau_mean", "tau_min", "tau_max", "available"]
 
 
 def client_sizes_and_weights(sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +75,7 @@ def round_line(table: RoundTable) -> str:
         round=table.round, sim_time=table.close, participants=len(done),
         tau_mean=float(np.mean(done)) if len(done) else None,
         tau_min=int(done.min()) if len(done) else None, tau_max=int(done.max()) if len(done) else None,
+        available=table.available,
     )
     return ",".join(fmt(row[k]) for k in SCHEDULE_ROUND_COLUMNS) + "\n"
 

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from fedsim.clock import STEP_GUARD, Clock, Job, RoundPlan, whole_steps
+from fedsim.clock.keyed import keyed_uniform
+from fedsim.clock import STEP_GUARD, Clock, Job, Population, RoundPlan, whole_steps
 from fedsim.run.clock import build_clock
 from fedsim.rng import stream
 from fedsim.scenario import (
@@ -31,8 +32,8 @@ def make(speed=1.0, latency=0.0, availability="always", slowdown=None, sizes=Non
          batch_size=32, fast=None, **round_kw) -> Clock:
     m = len(speed) if isinstance(speed, tuple) else len(sizes or weights or [1, 1])
     system = SystemConfig(speed=speed, latency=latency, availability=availability, slowdown=slowdown)
-    return Clock(system, RoundConfig(**round_kw), seed=seed, client_sizes=sizes or [1] * m, weights=weights,
-                 batch_size=batch_size, fast=fast)
+    return Clock(system.value(), RoundConfig(**round_kw).value(batch_size), Population.of(sizes or [1] * m, weights),
+                 seed=seed, fast=fast)
 
 
 def take(clock: Clock, n: int, log=None) -> list[RoundPlan]:
@@ -236,16 +237,46 @@ def test_wait_round_when_nobody_is_online_or_everyone_fails():
 def test_markov_long_run_online_fraction():
     av = MarkovAvailability(model="markov", mean_online=60.0, mean_offline=20.0)
     clock = make(speed=(1.0,) * 100, availability=av, policy="window", window=10.0, seed=3)
-    assert not clock.fast
+    assert clock.fast  # Markov windows take the vectorised path
     plans = take(clock, 300)
     offline = sum(j.status == "offline" for p in plans for j in p.jobs)
     assert offline / (100 * 300) == pytest.approx(20.0 / 80.0, abs=0.04)
+    assert [p.available for p in plans] == [sum(j.status != "offline" for j in p.jobs) for p in plans]
     assert any(j.status == "failed" for p in plans for j in p.jobs)
-    # the initial state is drawn from stream ("availability", client) alone
+    # the initial state is the keyed draw u(seed, "availability", client, 0) < 60 / 80 alone
+    first = keyed_uniform(3, "availability", np.arange(100), 0) >= 0.75
+    assert [j.client for j in plans[0].jobs if j.status == "offline"] == np.flatnonzero(first).tolist()
     clock2 = make(speed=(2.0,) * 100, availability=av, policy="wait", local_steps=3, seed=3)
-    assert [j.client for j in take(clock2, 1)[0].jobs if j.status == "offline"] == [
-        j.client for j in plans[0].jobs if j.status == "offline"
-    ]
+    assert [j.client for j in take(clock2, 1)[0].jobs if j.status == "offline"] == np.flatnonzero(first).tolist()
+
+
+@pytest.mark.parametrize("cpr", [None, 7])
+def test_markov_window_paths_agree(cpr):
+    """The vectorised Markov path (numpy state per client) replays the SimPy processes exactly:
+    same selections, failures at the same outage times, same transfers and available counts."""
+    av = MarkovAvailability(model="markov", mean_online=12.0, mean_offline=5.0)
+    kw = dict(speed=tuple(np.linspace(0.5, 3.0, 30)), latency=0.3, availability=av, policy="window", window=4.0,
+              clients_per_round=cpr, seed=9, slowdown=Uniform(dist="uniform", low=1.0, high=1.5))
+    fast, slow = take(make(fast=True, **kw), 60), take(make(fast=False, **kw), 60)
+    assert fast == slow
+    statuses = {j.status for p in fast for j in p.jobs}
+    assert statuses == ({"completed", "failed", "offline"} if cpr is None else {"completed", "failed"})
+    assert any(j.download > 0 for p in fast for j in p.jobs if j.status == "failed")
+
+
+def test_markov_sojourns_are_keyed_exponentials():
+    # client 0's toggles: cumulative -mean * log(u_k), the mean of the state it leaves
+    av = MarkovAvailability(model="markov", mean_online=3.0, mean_offline=2.0)
+    clock = make(speed=(1.0,), availability=av, policy="wait", local_steps=1, seed=4)
+    tl = clock.timelines[0]
+    online = bool(keyed_uniform(4, "availability", 0, 0)[0] < 0.6)
+    assert tl.initial == online
+    t, expected = 0.0, []
+    for k in range(1, 6):
+        t += -(3.0 if online else 2.0) * math.log(keyed_uniform(4, "availability", 0, k)[0])
+        online = not online
+        expected.append(t)
+    assert list(itertools.islice(tl.toggles(), 5)) == pytest.approx(expected, rel=1e-15)
 
 
 # ---------------------------------------------------------------------------- selection and weights
@@ -280,7 +311,8 @@ def test_uniform_weight_counts_only_available_clients():
     assert [j.client for j in picked] == sorted(perm[:2].tolist())
     p_avail = P4[0] + P4[1] + P4[2]
     assert [j.weight for j in picked] == pytest.approx([P4[j.client] * 3 / 2 / p_avail for j in picked], rel=1e-15)
-    assert [(j.client, j.status) for j in plan.jobs if j.status == "offline"] == [(3, "offline")]
+    # sampled rounds have rows for the selected clients only; the open saw 3 of 4 online
+    assert [j.status for j in plan.jobs] == ["completed", "completed"] and plan.available == 3
 
 
 def test_weighted_selection_with_replacement():
@@ -328,6 +360,13 @@ FAST_CASES = {
                              local_steps=RandInt(dist="randint", low=1, high=12)),
     "epochs+cap": dict(speed=LogNormal(dist="lognormal", median=3.0, sigma=1.0), local_epochs=1, max_local_steps=14,
                        sizes=[5, 60, 100, 7, 33, 250]),
+    # outages at, inside and across round boundaries (7.3 s windows): offline rows and failures
+    "intervals": dict(speed=(0.3, 1.0, 2.5, 7.0, 0.11, 1.9),
+                      availability=(((0.0, 7.3),), ((3.0, 4.0), (20.0, 30.0)), (), ((7.3, 8.0),), ((1.0, 50.0),),
+                                    ((14.6, 14.7), (100.0, 101.0)))),
+    "intervals+sampling": dict(speed=(0.3, 1.0, 2.5, 7.0, 0.11, 1.9), clients_per_round=3,
+                               availability=(((0.0, 7.3),), ((3.0, 4.0), (20.0, 30.0)), (), ((7.3, 8.0),),
+                                             ((1.0, 50.0),), ((14.6, 14.7), (100.0, 101.0)))),
 }
 
 
@@ -339,7 +378,7 @@ def test_vectorised_window_equals_simpy(case):
     fast, slow = make(fast=True, **kw), make(fast=False, **kw)
     a, b = take(fast, 40), take(slow, 40)
     assert a == b  # every field of every Job, floats bit for bit
-    assert {j.status for p in a for j in p.jobs} >= {"completed"}
+    assert {j.status for p in a for j in p.jobs} >= ({"completed", "failed", "offline"} if case == "intervals" else {"completed"})
     tables = list(itertools.islice(slow.tables(), 40))
     assert [t.plan() for t in tables] == b
     assert [t.plan() for t in itertools.islice(fast.tables(), 40)] == b
@@ -348,7 +387,7 @@ def test_vectorised_window_equals_simpy(case):
 def test_vectorised_path_only_where_it_applies():
     assert make(policy="window", window=1.0).fast
     assert not make(policy="wait", local_steps=1).fast
-    assert not make(policy="window", window=1.0, availability=(((1.0, 2.0),), ())).fast
+    assert make(policy="window", window=1.0, availability=(((1.0, 2.0),), ())).fast  # outages too
     assert make(policy="window", window=1.0, availability=((), ())).fast
     with pytest.raises(ValueError):
         make(policy="wait", local_steps=1, fast=True)
@@ -456,11 +495,15 @@ def test_round_table_roundtrip_and_job_defaults():
 
 
 def test_bad_configuration():
-    with pytest.raises(ScenarioError, match="round.window"):
-        make(policy="window")
-    with pytest.raises(ScenarioError, match="round.local_steps"):
-        make(policy="wait")
-    with pytest.raises(ScenarioError, match="round.concurrency"):
-        make(policy="async", local_steps=1)
-    with pytest.raises(ValueError, match="system.speed"):
-        Clock(SystemConfig(speed=(1.0, 2.0)), RoundConfig(window=1.0), seed=0, client_sizes=[1, 1, 1])
+    """Cross-field rules live in the scenario, which blames the key; the clock takes valid values."""
+    with pytest.raises(ScenarioError, match="^round.window: required"):
+        parse_scenario({"round": {"policy": "window"}})
+    with pytest.raises(ScenarioError, match="^round.local_steps: policy wait"):
+        parse_scenario({"round": {"policy": "wait"}})
+    with pytest.raises(ScenarioError, match="^round.concurrency: required"):
+        parse_scenario({"round": {"policy": "async", "local_steps": 1}, "algorithm": {"name": "fedbuff"}})
+    with pytest.raises(ScenarioError, match="^system.speed: needs one speed per client"):
+        parse_scenario({"data": {"clients": 3}, "system": {"speed": [1.0, 2.0]}, "round": {"window": 1.0}})
+    with pytest.raises(ValueError, match="one value per client"):
+        Clock(SystemConfig(speed=(1.0, 2.0)).value(), RoundConfig(window=1.0).value(32), Population.of([1, 1, 1]),
+              seed=0)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fedsim.cli import main
-from fedsim.clock import Clock
+from fedsim.clock import Clock, Population
 from fedsim.report.tables import CLIENT_COLUMNS, TableWriter
 from fedsim.scenario import parse_scenario
 from fedsim.schedule import SCHEDULE_ROUND_COLUMNS, client_sizes_and_weights, run_schedule
@@ -59,8 +59,8 @@ def reference(sc, out):
     """The row-by-row writer (the pre-vectorised implementation), from ``Clock.plans()``."""
     out.mkdir(parents=True)
     sizes, weights = client_sizes_and_weights(sc)
-    clock = Clock(sc.system, sc.round, seed=sc.seed, client_sizes=sizes, weights=weights,
-                  batch_size=sc.algorithm.batch_size)
+    clock = Clock(sc.system.value(), sc.round.value(sc.algorithm.batch_size), Population.of(sizes, weights),
+                  seed=sc.seed)
     rounds_w = TableWriter(out / "rounds.csv", SCHEDULE_ROUND_COLUMNS)
     clients_w = TableWriter(out / "clients.csv", CLIENT_COLUMNS)
     for plan in islice(clock.plans(), sc.rounds):
@@ -69,6 +69,7 @@ def reference(sc, out):
             round=plan.round, sim_time=plan.close, participants=len(done),
             tau_mean=float(np.mean(done)) if done else None,
             tau_min=min(done) if done else None, tau_max=max(done) if done else None,
+            available=plan.available,
         )])
         clients_w.write(
             dict(round=plan.round, client=j.client, status=j.status, steps=j.steps, start=j.start,

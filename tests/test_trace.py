@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsim.clock import Clock, ClockError, TraceError, load_trace
+from fedsim.clock import Clock, ClockError, Population, TraceError, load_trace
 from fedsim.scenario import RoundConfig, ScenarioError, SystemConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:
 
 def clock(path, m: int, repeat: str = "cycle", latency: float = 0.5, **round_kw) -> Clock:
     system = SystemConfig(latency=latency, trace=str(path), trace_repeat=repeat)
-    return Clock(system, RoundConfig(**round_kw), seed=0, client_sizes=[1] * m)
+    return Clock(system.value(), RoundConfig(**round_kw).value(32), Population.of([1] * m), seed=0)
 
 
 def rows(ck: Clock, n: int) -> list[tuple]:
@@ -108,8 +108,8 @@ def test_long_job_spans_many_periods(tmp_path):
 def test_trace_replaces_speed_and_async_runs(tmp_path):
     path = write(tmp_path, TWO)
     system = SystemConfig(speed=100.0, latency=0.5, trace=str(path))
-    ck = Clock(system, RoundConfig(policy="async", local_steps=2, concurrency=2, buffer=1), seed=0,
-               client_sizes=[1, 1])
+    ck = Clock(system.value(), RoundConfig(policy="async", local_steps=2, concurrency=2, buffer=1).value(32),
+               Population.of([1, 1]), seed=0)
     plans = list(itertools.islice(ck.plans(), 20))
     assert ck.speeds.tolist() == pytest.approx([10 / 6, 2.0])
     assert {j.status for p in plans for j in p.jobs} == {"completed", "failed"}
@@ -143,10 +143,11 @@ def test_example_trace_is_the_scripts_output_and_runs():
     assert mod.render(mod.make_trace(), shown) == EXAMPLE.read_text()
     trace = load_trace(EXAMPLE, 8)
     assert len(trace.clients) == 8 and all(c.period == 2400 for c in trace.clients)
-    ck = Clock(SystemConfig(latency=1.0, trace=str(EXAMPLE)), RoundConfig(policy="window", window=30.0,
-               clients_per_round=4), seed=0, client_sizes=[1] * 8)
-    statuses = {j.status for p in itertools.islice(ck.plans(), 100) for j in p.jobs}
-    assert {"completed", "offline"} <= statuses
+    ck = Clock(SystemConfig(latency=1.0, trace=str(EXAMPLE)).value(),
+               RoundConfig(policy="window", window=30.0, clients_per_round=4).value(32), Population.of([1] * 8), seed=0)
+    plans = list(itertools.islice(ck.plans(), 100))
+    assert "completed" in {j.status for p in plans for j in p.jobs}
+    assert min(p.available for p in plans) < 8  # some clients offline at some opens (no rows: sampled)
 
 
 # ---------------------------------------------------------------------------- malformed traces
@@ -206,3 +207,119 @@ def test_missing_trace_file(tmp_path):
         load_trace(tmp_path / "nope.csv", 1)
     with pytest.raises(TraceError, match="is a directory"):
         load_trace(tmp_path, 1)
+
+
+@pytest.mark.parametrize("repeat", ["cycle", "last"])
+@pytest.mark.parametrize("cpr", [None, 3])
+def test_window_trace_paths_agree(tmp_path, repeat, cpr):
+    """The vectorised trace path (numpy toggle state per client) replays the SimPy processes."""
+    ck_fast = clock(EXAMPLE, 8, repeat=repeat, latency=1.0, policy="window", window=45.0, clients_per_round=cpr)
+    ck_slow = clock(EXAMPLE, 8, repeat=repeat, latency=1.0, policy="window", window=45.0, clients_per_round=cpr)
+    assert ck_fast.fast
+    ck_slow.fast = False
+    fast, slow = list(itertools.islice(ck_fast.plans(), 120)), list(itertools.islice(ck_slow.plans(), 120))
+    assert fast == slow
+    statuses = {j.status for p in fast for j in p.jobs}
+    assert {"completed", "failed"} <= statuses and (("offline" in statuses) == (cpr is None))
+
+
+def test_trace_states_toggle_times(tmp_path):
+    # client 0 of TWO: online [0, 6), offline [6, 8), period 8 -> toggles 6, 8, 14, 16, ...
+    # client 1: always online -> no toggles
+    from fedsim.clock.availability import ToggleStates
+
+    ck = clock(write(tmp_path, TWO), 2, policy="window", window=5.0)
+    st = ToggleStates(ck.timelines)
+    assert st.next.tolist() == [6.0, float("inf")]
+    seen = []
+    for t in (6.0, 8.0, 14.0, 16.0, 22.0):
+        st.advance(t)
+        seen.append((bool(st.online[0]), float(st.next[0])))
+    assert seen == [(False, 8.0), (True, 14.0), (False, 16.0), (True, 22.0), (False, 24.0)]
+
+
+# ---------------------------------------------------------------------------- device traces (FedScale layout)
+DEVICE = ("client,start,end,sample_seconds,down_kbps,up_kbps\n"
+          "0,0,100,0.01,1000,500\n"
+          "1,0,50,0.02,2000,250\n1,50,100,0.02,2000,250\n")
+
+
+def device_clock(path, m=2, cost=None, batch_size=10, **round_kw):
+    from fedsim.clock import WorkCost
+
+    cost = cost or WorkCost(step_flops=1.0, model_bytes=128000, upload_bytes=64000)  # 1000 / 500 kbit
+    system = SystemConfig(latency=0.0, trace=str(path))
+    return Clock(system.value(batch_size), RoundConfig(**round_kw).value(batch_size), Population.of([1] * m),
+                 seed=0, cost=cost)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_device_trace_step_and_transfer_times(tmp_path, fast):
+    # B = 10: a step is 3 * 10 * 0.01 = 0.3 s (client 0), 0.6 s (client 1). Transfers: 1000 kbit
+    # down at 1000 / 2000 kbit/s = 1 / 0.5 s, 500 kbit up at 500 / 250 kbit/s = 1 / 2 s. Window 10:
+    # client 0 computes floor(8 / 0.3) = 26 steps, client 1 floor(7.5 / 0.6) = 12.
+    ck = device_clock(write(tmp_path, DEVICE), policy="window", window=10.0)
+    ck.fast = fast
+    (plan,) = itertools.islice(ck.plans(), 1)
+    got = [(j.client, j.status, j.steps, j.end, j.download, j.upload) for j in plan.jobs]
+    assert got == [
+        (0, "completed", 26, pytest.approx(1 + 26 * 0.3 + 1, rel=1e-12), 1.0, 1.0),
+        (1, "completed", 12, pytest.approx(0.5 + 12 * 0.6 + 2, rel=1e-12), 0.5, 2.0),
+    ]
+
+
+def test_device_trace_offline_rows_extend_the_period(tmp_path):
+    # FedScale: active [0, 40], finish_time 100 -> an online row [0, 40) and an offline row to 100
+    text = "client,start,end,online,sample_seconds,down_kbps,up_kbps\n0,0,40,1,0.01,1000,500\n0,40,100,0,0,0,0\n"
+    trace = load_trace(write(tmp_path, text), 1)
+    (c,) = trace.clients
+    assert trace.device and c.period == 100.0 and c.online.tolist() == [True, False]
+    assert c.speed.tolist() == [100.0, 0.0]  # samples per second
+    assert (trace.down_kbps.tolist(), trace.up_kbps.tolist()) == ([1000.0], [500.0])
+    ck = device_clock(write(tmp_path, text), m=1, policy="window", window=50.0)
+    plans = list(itertools.islice(ck.plans(), 4))
+    # round 0 [0, 50): online at 0; steps accrue only while online, so its 130 steps end at 40,
+    # and the outage at 40 comes before the upload ends at 41 -> failed
+    # round 1 [50, 100) offline at the open; round 2 [100, 150) like round 0
+    assert [(p.available, [j.status for j in p.jobs]) for p in plans] == [
+        (1, ["failed"]), (0, ["offline"]), (1, ["failed"]), (0, ["offline"])]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("0,0,10,0,1000,500", "line 2: sample_seconds must be > 0 while online, got '0'"),
+    ("0,0,10,0.1,-1,500", "line 2: down_kbps must be > 0 while online, got '-1'"),
+    ("0,0,10,0.1,1000,500\n0,10,20,0.1,1000,400", "line 3: client 0's down_kbps / up_kbps differ from its earlier rows"),
+    ("0,0,10,1e-300,1000,500", "line 2: sample_seconds must be at least 1e-12, got '1e-300'"),
+])
+def test_malformed_device_trace(tmp_path, text, message):
+    path = write(tmp_path, "client,start,end,sample_seconds,down_kbps,up_kbps\n" + text + "\n")
+    with pytest.raises(TraceError) as err:
+        load_trace(path, 1)
+    assert str(err.value) == f"{path} {message}"
+
+
+def test_device_trace_header_names_its_columns(tmp_path):
+    path = write(tmp_path, "client,start,end,sample_seconds,down_kbps\n0,0,1,1,1\n")
+    with pytest.raises(TraceError, match=r"missing column\(s\) up_kbps \(expected client, start, end, sample_seconds, down_kbps, up_kbps\)"):
+        load_trace(path, 1)
+
+
+def test_device_trace_and_network_exclude_each_other(tmp_path):
+    from fedsim.clock import WorkCost
+
+    system = SystemConfig(latency=0.0, trace=str(write(tmp_path, DEVICE)), network={"down": 1.0, "up": 1.0})
+    with pytest.raises(ScenarioError, match="^system.network: a device trace gives the bandwidths"):
+        Clock(system.value(10), RoundConfig(window=5.0).value(10), Population.of([1, 1]), seed=0,
+              cost=WorkCost(1.0, 1.0, 1.0))
+
+
+def test_importer_layout_with_online_column_and_device_values_on_offline_rows(tmp_path):
+    # what fedsim/devices writes: comments, online column, the device's values on every row
+    text = ("# generated\nclient,start,end,online,sample_seconds,down_kbps,up_kbps\n"
+            "0,0,100,1,0.012,5000,1200\n0,100,2400,0,0.012,5000,1200\n"
+            "1,0,2000,0,0.5,80,20\n1,2000,2400,1,0.5,80,20\n")
+    trace = load_trace(write(tmp_path, text), 2)
+    assert trace.device and [c.period for c in trace.clients] == [2400.0, 2400.0]
+    assert [c.online.tolist() for c in trace.clients] == [[True, False], [False, True]]
+    assert trace.clients[0].speed.tolist() == [1 / 0.012, 0.0] and trace.clients[1].speed.tolist() == [0.0, 2.0]
+    assert (trace.down_kbps.tolist(), trace.up_kbps.tolist()) == ([5000.0, 80.0], [1200.0, 20.0])

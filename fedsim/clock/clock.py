@@ -2,101 +2,223 @@
 
 from __future__ import annotations
 
-import itertools
 import math
-from typing import Any, Iterator, Sequence
+from typing import Iterator
 
 import numpy as np
 
+from fedsim.errors import ScenarioError
 from fedsim.rng import stream
-from fedsim.scenario import Constant, MarkovAvailability, RandInt, RoundConfig, ScenarioError, SystemConfig
 
-from .availability import Always, ConstantRate, Markov, OfflineIntervals
-from .draws import SLOWDOWN_FLOOR, base_speeds, draw, select, whole_steps
-from .plan import JOB_COLUMNS, STATUSES, RoundPlan, RoundTable
+from . import availability as av_models
+from .availability import ConstantRate
+from .draws import SLOWDOWN_FLOOR, PerClientDraws, whole_steps
+from .model import (
+    Deadline, Diurnal, Epochs, Flops, Markov, Population, RandInt, RoundRule, Speed, System, Traced, Uniform, Window,
+    WorkCost,
+)
+from .plan import RoundPlan, RoundTable
 from .sim import Simulation
-from .trace import TraceRate, TraceTimeline, load_trace
+from .trace import ClientTrace, TraceError, TraceRate, TraceTimeline, load_trace
+from .vectorised import window_tables
 
-__all__ = ["Clock"]
+__all__ = ["Clock", "MIN_SOJOURN"]
 
-_COMPLETED, _DROPPED = STATUSES.index("completed"), STATUSES.index("dropped")
+#: Markov mean sojourns and cycled trace periods are at least this fraction of the shortest round.
+MIN_SOJOURN = 1e-4
 
 
 class Clock:
     """Decides who computes how much and when; never sees tensors.
 
     Args:
-        system: speeds, slowdown, latency, availability or a trace.
-        round_cfg: round policy, work, selection (and async concurrency / buffer).
+        system: compute, availability, slowdown, latency, network (:class:`~fedsim.clock.model.System`).
+        rule: round policy, prescribed work, step cap, selection (:class:`~fedsim.clock.model.RoundRule`).
+        population: n_i and p_i of the clients.
         seed: scenario seed; every draw is ``stream(seed, purpose, *keys)``.
-        client_sizes: n_i, for ``local_epochs`` (tau_i = floor(E n_i / B)) and default weights.
-        weights: p_i (default n_i / n), for weighted selection and raw aggregation weights.
-        batch_size: B, for ``local_epochs``.
+        cost: FLOPs of one local step and bytes transferred (needed by ``Flops`` compute and by a
+            ``Network``).
         fast: use the vectorised window path (None: whenever it applies, see :attr:`fast`).
 
-    The clock is a pure description: :meth:`plans` starts a fresh simulation at t = 0 on every call
-    and is a deterministic function of the arguments above. Resuming at plan k is
-    ``itertools.islice(clock.plans(), k, None)``.
+    The cross-field rules of the inputs are checked where they are validated
+    (:mod:`fedsim.scenario`). The clock is a pure description: :meth:`plans` starts a fresh
+    simulation at t = 0 on every call and is a deterministic function of the arguments above.
+    Resuming at plan k is ``itertools.islice(clock.plans(), k, None)``.
     """
 
     def __init__(
         self,
-        system: SystemConfig,
-        round_cfg: RoundConfig,
+        system: System,
+        rule: RoundRule,
+        population: Population,
         *,
         seed: int,
-        client_sizes: Sequence[int],
-        weights: Sequence[float] | None = None,
-        batch_size: int = 32,
+        cost: WorkCost | None = None,
         fast: bool | None = None,
     ):
-        self.system, self.round_cfg, self.seed = system, round_cfg, int(seed)
-        self.client_sizes = np.asarray(client_sizes, dtype=np.int64)
-        m = len(self.client_sizes)
-        if m == 0:
-            raise ValueError("the clock needs at least one client")
-        self.num_clients = m
-        p = self.client_sizes / self.client_sizes.sum() if weights is None else np.asarray(weights, dtype=np.float64)
-        if p.shape != (m,):
-            raise ValueError(f"weights: need one weight per client ({m})")
-        self.p = p
-        self.batch_size = int(batch_size)
+        self.system, self.rule, self.population, self.seed = system, rule, population, int(seed)
+        self.client_sizes = population.sizes
+        self.p = population.p
+        m = self.num_clients = len(population)
         self.latency = float(system.latency)
-        _check(round_cfg, m, self.latency)
+        needs_cost = isinstance(system.compute, Flops) or system.network is not None
+        if needs_cost and cost is None:
+            raise ValueError("system.compute flops / system.network need the model's WorkCost (cost=)")
 
-        if system.trace is not None:
-            trace = load_trace(system.trace, m)
-            self.rates = [TraceRate(t, system.trace_repeat) for t in trace.clients]
-            self.timelines = [TraceTimeline(t, system.trace_repeat) for t in trace.clients]
-            self._speeds = np.array([t.mean_speed for t in trace.clients])
+        compute, availability = system.compute, system.availability
+        if isinstance(compute, Traced) or isinstance(availability, Traced):
+            tr = compute if isinstance(compute, Traced) else availability
+            trace = load_trace(tr.path, m)
+            clients = trace.clients
+            if trace.device:  # samples per second -> local steps per second
+                samples = 3 * tr.batch_size
+                clients = tuple(ClientTrace(t.bp, t.online, t.speed / samples) for t in clients)
+            self._rates = [TraceRate(t, tr.repeat) for t in clients]
+            self._timelines = [TraceTimeline(t, tr.repeat) for t in clients]
+            self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in clients), m, self.seed, "speed")
+            self._step_flops = None
         else:
-            self._speeds = base_speeds(system.speed, m, self.seed)
-            self.rates = [ConstantRate(s) for s in self._speeds]
-            self.timelines = _timelines(system.availability, m, self.seed)
+            trace = None
+            self._rates = self._timelines = None
+            if isinstance(compute, Speed):
+                self._speed_draws = PerClientDraws(compute.steps_per_second, m, self.seed, "speed")
+                self._step_flops = None
+            else:
+                self._speed_draws = PerClientDraws(compute.flops, m, self.seed, "flops")
+                self._step_flops = float(cost.step_flops)
+        self._net = self._bandwidths(trace, cost)
 
-        self._fixed_work = self._fixed_work_caps()
-        eligible = (
-            round_cfg.policy == "window"
-            and system.trace is None
-            and all(isinstance(tl, Always) or not tl.changes for tl in self.timelines)
-            and all(tl.initial for tl in self.timelines)
-        )
+        self.fixed_work = self._fixed_work_caps()
+        self._check_event_rate()
+        self._check_transfers(trace)
+        eligible = isinstance(rule.policy, Window)
         if fast and not eligible:
-            raise ValueError("the vectorised path needs policy window, no trace and clients that are always online")
+            raise ValueError("the vectorised path needs policy window")
         self.fast = eligible if fast is None else bool(fast)
 
+    def _bandwidths(self, trace, cost: WorkCost | None) -> tuple | None:
+        """(down draws, download bits, up draws, upload bits), or None without a network: bits per
+        second from ``system.network``, or a device trace's kbit/s (then bits are kbit, / 1024)."""
+        net, m = self.system.network, self.num_clients
+        if trace is not None and trace.device:
+            if net is not None:
+                raise ScenarioError("system.network: a device trace gives the bandwidths; give one or the other")
+            if cost is None:
+                raise ValueError("a device trace needs the model's WorkCost (cost=) for its transfers")
+            return (PerClientDraws(tuple(trace.down_kbps), m, self.seed, "down"), float(cost.model_bytes) * 8 / 1024,
+                    PerClientDraws(tuple(trace.up_kbps), m, self.seed, "up"), float(cost.upload_bytes) * 8 / 1024)
+        if net is None:
+            return None
+        return (PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
+                PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8)
+
+    def _check_transfers(self, trace) -> None:
+        """Refuse a network (or device trace) with which no client could ever fit its download and
+        upload into a window or deadline: every job would be dropped."""
+        policy = self.rule.policy
+        if self._net is None or not isinstance(policy, (Window, Deadline)):
+            return
+        length, key = (policy.window, "round.window") if isinstance(policy, Window) else (policy.deadline, "round.deadline")
+        down, down_bits, up, up_bits = self._net
+        fastest = 2 * self.latency + down_bits / _highest(down) + up_bits / _highest(up)
+        if fastest >= length:
+            where = trace.path if trace is not None else "system.network"
+            raise ScenarioError(
+                f"{where}: the quickest download and upload take {fastest:g} s, not less than {key} "
+                f"({length:g} s): no client could ever report"
+            )
+
     # ------------------------------------------------------------------ per-client facts
+    def speed_of(self, clients: np.ndarray) -> np.ndarray:
+        """Base speeds (steps per second) of ``clients``: drawn from stream ``("speed", c)``, or
+        FLOP/s from ``("flops", c)`` / the step's FLOPs; traces: the mean speed while online."""
+        v = self._speed_draws.take(clients)
+        return v if self._step_flops is None else v / self._step_flops
+
+    def transfers_of(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(download, upload) seconds of ``clients``, latency included: L + bits / bandwidth
+        (bandwidths from streams ``("down", c)`` and ``("up", c)``); L alone without a network."""
+        L = self.latency
+        if self._net is None:
+            return np.full(len(clients), L), np.full(len(clients), L)
+        down, down_bits, up, up_bits = self._net
+        return L + down_bits / down.take(clients), L + up_bits / up.take(clients)
+
+    @property
+    def download(self) -> np.ndarray:
+        """Every client's download seconds (see :meth:`transfers_of`)."""
+        return self.transfers_of(np.arange(self.num_clients))[0]
+
+    @property
+    def upload(self) -> np.ndarray:
+        """Every client's upload seconds (see :meth:`transfers_of`)."""
+        return self.transfers_of(np.arange(self.num_clients))[1]
+
+    @property
+    def timelines(self) -> list:
+        """Per-client availability timelines (built on first use: the vectorised path needs none)."""
+        if self._timelines is None:
+            self._timelines = av_models.timelines(self.system.availability, self.num_clients, self.seed)
+        return self._timelines
+
+    @property
+    def rates(self) -> list:
+        """Per-client rates (steps per unit of time), built on first use."""
+        if self._rates is None:
+            self._rates = [ConstantRate(s) for s in self.speeds]
+        return self._rates
+
+    def time_scale(self) -> float:
+        """The shortest round the schedule can have, in seconds: the window or deadline, else the
+        quickest job (download + one step or the least prescribed work + upload)."""
+        policy = self.rule.policy
+        if isinstance(policy, Window):
+            return float(policy.window)
+        if isinstance(policy, Deadline):
+            return float(policy.deadline)
+        work = self.rule.work
+        low = 1 if work is None else max(int(getattr(work.dist, "low", getattr(work.dist, "value", 1))), 1)
+        if isinstance(work, Epochs):
+            low = max(low * int(self.client_sizes.min()) // work.batch_size, 1)
+        with np.errstate(divide="ignore"):
+            job = self.download + self.upload + low / self.speeds
+        return float(job.min())
+
+    def _check_event_rate(self) -> None:
+        """Availability may change at most ~1/MIN_SOJOURN times per :meth:`time_scale`: Markov mean
+        sojourns and the periods of cycling traces must be at least ``MIN_SOJOURN * time_scale()``
+        (else the simulation would process an unbounded number of toggles per round)."""
+        availability = self.system.availability
+        if not isinstance(availability, (Markov, Diurnal, Traced)):
+            return
+        least = MIN_SOJOURN * self.time_scale()
+        if isinstance(availability, (Markov, Diurnal)):
+            keys = ("mean_sojourn",) if isinstance(availability, Diurnal) else ("mean_online", "mean_offline")
+            for key in keys:
+                if getattr(availability, key) < least:
+                    raise ScenarioError(
+                        f"system.availability.{key}: must be at least {least:g} s ({MIN_SOJOURN:g} of the "
+                        f"shortest round, {self.time_scale():g} s): shorter sojourns flip faster than rounds run"
+                    )
+            return
+        for c, tl in enumerate(self.timelines):
+            if tl.changes and tl.repeat == "cycle" and tl.period < least:
+                raise TraceError(
+                    f"{availability.path}: client {c}'s trace period {tl.period:g} s is shorter than {least:g} s "
+                    f"({MIN_SOJOURN:g} of the shortest round, {self.time_scale():g} s); it cannot be cycled"
+                )
+
     @property
     def speeds(self) -> np.ndarray:
         """Per-client base speed (steps per simulated second; with a trace, the time-weighted
         mean speed while online over one period)."""
-        return self._speeds.copy()
+        return self.speed_of(np.arange(self.num_clients)).copy()
 
     def slowdown(self, client: int, key: int) -> float:
         """Slowdown factor of job (client, key) from stream ``("slowdown", client, key)``; 1 if none."""
         if self.system.slowdown is None:
             return 1.0
-        return max(float(draw(self.system.slowdown, stream(self.seed, "slowdown", client, key))), SLOWDOWN_FLOOR)
+        return max(float(self.system.slowdown.sample(stream(self.seed, "slowdown", client, key))), SLOWDOWN_FLOOR)
 
     def work_cap(self, client: int, key: int) -> int | None:
         """Prescribed local steps of job (client, key), capped by ``max_local_steps``; None if the
@@ -107,40 +229,42 @@ class Clock:
         client, key), so a client selected in round r does the same work whatever else changes
         (clients_per_round, sampling, other clients, the algorithm).
         """
-        if self._fixed_work is not None:
-            w = self._fixed_work[client]
+        if self.fixed_work is not None:
+            w = self.fixed_work[client]
             return None if w < 0 else int(w)
-        cfg = self.round_cfg
-        dist = cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs
-        value = draw(dist, stream(self.seed, "work", client, key))
+        value = self.rule.work.dist.sample(stream(self.seed, "work", client, key))
         return self._cap(self._steps_from(value, client))
 
-    def _steps_from(self, value: Any, client: int) -> int:
-        if self.round_cfg.local_steps is not None:
+    def _steps_from(self, value: float, client: int) -> int:
+        work = self.rule.work
+        if not isinstance(work, Epochs):
             return int(math.floor(value))
-        n, B = int(self.client_sizes[client]), self.batch_size
+        n, B = int(self.client_sizes[client]), work.batch_size
         if float(value).is_integer():
             return int(value) * n // B
         return whole_steps(value * n / B)
 
     def _cap(self, steps: int | None) -> int | None:
-        cap = self.round_cfg.max_local_steps
+        cap = self.rule.max_local_steps
         if steps is None:
             return cap
         return steps if cap is None else min(steps, cap)
 
     def _fixed_work_caps(self) -> np.ndarray | None:
         """Per-client work cap when it is not random (-1 = none), else None."""
-        cfg = self.round_cfg
-        dist = cfg.local_steps if cfg.local_steps is not None else cfg.local_epochs
-        if isinstance(dist, RandInt):
+        work, m, cap = self.rule.work, self.num_clients, self.rule.max_local_steps
+        if work is None:
+            return np.full(m, -1 if cap is None else cap, dtype=np.int64)
+        if isinstance(work.dist, RandInt):
             return None
-        if dist is None:
-            caps = [self._cap(None)] * self.num_clients
+        value = work.dist.value
+        if not isinstance(work, Epochs):
+            steps = np.full(m, int(math.floor(value)), dtype=np.int64)
+        elif float(value).is_integer():
+            steps = int(value) * self.client_sizes // work.batch_size
         else:
-            value = dist.value if isinstance(dist, Constant) else dist
-            caps = [self._cap(self._steps_from(value, c)) for c in range(self.num_clients)]
-        return np.array([-1 if c is None else c for c in caps], dtype=np.int64)
+            steps = whole_steps(value * self.client_sizes / work.batch_size)
+        return steps if cap is None else np.minimum(steps, cap)
 
     # ------------------------------------------------------------------ schedules
     def plans(self, log: list | None = None) -> Iterator[RoundPlan]:
@@ -148,7 +272,7 @@ class Clock:
         next plan is ready. ``log`` (SimPy path only) collects ``(time, event, client, key)``
         tuples: start, download, compute, upload, failed, dropped, online, offline."""
         if self.fast and log is None:
-            for table in self._fast_tables():
+            for table in window_tables(self):
                 yield table.plan()
             return
         sim = Simulation(self, log)
@@ -158,81 +282,17 @@ class Clock:
     def tables(self) -> Iterator[RoundTable]:
         """The same schedule as :meth:`plans`, as numpy columns (fast for clock-only runs)."""
         if self.fast:
-            yield from self._fast_tables()
+            yield from window_tables(self)
             return
         for plan in self.plans():
             yield plan.table()
 
-    def _fast_tables(self) -> Iterator[RoundTable]:
-        """Vectorised window policy for always-online clients without a trace.
 
-        Computes exactly what the SimPy path computes (same streams, same floating-point
-        expressions as ``Simulation._start``, ``ConstantRate.fit`` / ``finish``): with no outage
-        nothing can interrupt a job, so each job is a closed-form function of (speed, slowdown,
-        work cap, window, latency). ``tests/test_clock.py`` checks the two paths agree.
-        """
-        cfg, L, m = self.round_cfg, self.latency, self.num_clients
-        everyone = np.arange(m, dtype=np.int64)
-        W = cfg.window
-        no_slowdown = self.system.slowdown is None
-        for r in itertools.count():
-            t_open, close = r * W, (r + 1) * W
-            chosen, counts, weights = select(everyone, cfg.clients_per_round, cfg.sampling, self.p, self.seed, r)
-            speed = self._speeds[chosen]
-            slow = 1.0 if no_slowdown else np.array([self.slowdown(int(c), r) for c in chosen])
-            t_d = t_open + L
-            t_to = close - L
-            tau = whole_steps((t_to - t_d) * speed / slow)
-            if self._fixed_work is not None:
-                cap = self._fixed_work[chosen]
-                tau = np.where(cap >= 0, np.minimum(tau, cap), tau)
-            else:
-                cap = np.array([self.work_cap(int(c), r) for c in chosen], dtype=np.int64)
-                tau = np.minimum(tau, cap)
-            t_c = np.minimum(t_d + tau * slow / speed, t_to)
-            t_u = np.minimum(t_c + L, close)
-            done = tau > 0
-            n = len(chosen)
-            cols = {
-                "round": np.full(n, r, dtype=np.int64),
-                "client": chosen.astype(np.int64),
-                "status": np.where(done, _COMPLETED, _DROPPED).astype(np.int8),
-                "steps": np.where(done, tau, 0).astype(np.int64),
-                "start": np.full(n, t_open, dtype=np.float64),
-                "end": np.where(done, t_u, close).astype(np.float64),
-                "key": np.full(n, r, dtype=np.int64),
-                "version": np.full(n, r, dtype=np.int64),
-                "staleness": np.zeros(n, dtype=np.int64),
-                "weight": np.asarray(weights, dtype=np.float64),
-                "count": np.asarray(counts, dtype=np.int64),
-                "download": np.zeros(n, dtype=np.float64),  # transfer seconds: filled by the device model
-                "upload": np.zeros(n, dtype=np.float64),
-            }
-            assert tuple(cols) == JOB_COLUMNS
-            yield RoundTable(r, t_open, close, r + 1, cols)
-
-
-def _check(cfg: RoundConfig, m: int, latency: float) -> None:
-    """The cross-field rules the clock relies on (the scenario validates them too)."""
-    if cfg.policy == "window" and (cfg.window is None or not cfg.window > 2 * latency):
-        raise ScenarioError("round.window: must be longer than two latencies (download + upload)")
-    if cfg.policy == "deadline" and (cfg.deadline is None or not cfg.deadline > 2 * latency):
-        raise ScenarioError("round.deadline: must be longer than two latencies (download + upload)")
-    if cfg.policy in ("wait", "deadline", "async") and cfg.local_steps is None and cfg.local_epochs is None:
-        raise ScenarioError(f"round.local_steps: policy {cfg.policy} needs local_steps or local_epochs")
-    if cfg.local_steps is not None and cfg.local_epochs is not None:
-        raise ScenarioError("round.local_epochs: give local_steps or local_epochs, not both")
-    if cfg.policy == "async" and (cfg.concurrency is None or cfg.concurrency > m):
-        raise ScenarioError(f"round.concurrency: required for policy async, at most the number of clients ({m})")
-    if cfg.clients_per_round is not None and cfg.clients_per_round > m:
-        raise ScenarioError(f"round.clients_per_round: must be <= data.clients ({m})")
-
-
-def _timelines(availability: Any, m: int, seed: int) -> list:
-    if availability == "always":
-        return [Always() for _ in range(m)]
-    if isinstance(availability, MarkovAvailability):
-        return [Markov(availability.mean_online, availability.mean_offline, seed, c) for c in range(m)]
-    if len(availability) != m:
-        raise ScenarioError(f"system.availability: needs one interval list per client ({m})")
-    return [OfflineIntervals(iv) for iv in availability]
+def _highest(draws: PerClientDraws) -> float:
+    """The largest value ``draws`` can give (inf when a distribution is unbounded above)."""
+    spec = draws.spec
+    if not draws.lazy:
+        return float(np.max(draws.values))
+    if isinstance(spec, (Uniform, RandInt)):
+        return float(spec.high)
+    return math.inf

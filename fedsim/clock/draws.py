@@ -11,6 +11,9 @@ purpose        keys                        what
 ``work``       client, key                 prescribed ``local_steps`` / ``local_epochs`` draw
 ``select``     round (async: job seq)      which clients the server picks
 ``availability`` client                    Markov on/off sojourns (see ``availability.py``)
+``flops``      client                      device FLOP/s (``system.compute``), drawn once
+``down``       client                      download bandwidth (``system.network``), drawn once
+``up``         client                      upload bandwidth (``system.network``), drawn once
 =============  ==========================  =================================================
 
 ``key`` is the round index for synchronous policies and the job sequence number for ``async``.
@@ -19,14 +22,14 @@ purpose        keys                        what
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from fedsim.rng import stream
-from fedsim.scenario import Constant, Exponential, LogNormal, RandInt, Uniform
 
-__all__ = ["STEP_GUARD", "whole_steps", "draw", "base_speeds", "select", "SLOWDOWN_FLOOR"]
+from .model import MAX_STEPS, Constant, PerClient
+
+__all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "per_client", "PerClientDraws", "select", "SLOWDOWN_FLOOR"]
 
 #: ``whole_steps(x) = floor(x * STEP_GUARD)``. A step count that is mathematically an integer can
 #: land a few ulps below it in floating point (``(10 - 1) * 0.3 / 0.1``); the relative guard of
@@ -39,39 +42,51 @@ SLOWDOWN_FLOOR = 1e-9
 
 
 def whole_steps(x):
-    """``floor(x * (1 + 1e-12))`` for a float or a numpy array, never below 0 (see STEP_GUARD)."""
+    """``floor(x * (1 + 1e-12))`` for a float or a numpy array, within [0, MAX_STEPS] (see
+    STEP_GUARD); NaN (0 steps' worth of time over 0 speed) counts as 0."""
     if isinstance(x, np.ndarray):
-        return np.maximum(np.floor(x * STEP_GUARD), 0).astype(np.int64)
-    return max(int(math.floor(x * STEP_GUARD)), 0)
+        y = np.nan_to_num(np.floor(x * STEP_GUARD), nan=0.0)
+        return np.clip(y, 0, MAX_STEPS).astype(np.int64)
+    y = x * STEP_GUARD
+    return int(math.floor(min(y, MAX_STEPS))) if y > 0 else 0
 
 
-def draw(dist: Any, rng: np.random.Generator) -> float | int:
-    """One value of a scenario distribution (``randint`` bounds inclusive)."""
-    if isinstance(dist, Uniform):
-        return float(rng.uniform(dist.low, dist.high))
-    if isinstance(dist, LogNormal):
-        return float(dist.median * math.exp(dist.sigma * rng.standard_normal()))
-    if isinstance(dist, RandInt):
-        return int(rng.integers(dist.low, dist.high + 1))
-    if isinstance(dist, Constant):
-        return dist.value
-    if isinstance(dist, Exponential):
-        return float(rng.exponential(dist.mean))
-    raise TypeError(f"not a distribution: {dist!r}")
+def per_client(spec: PerClient, num_clients: int, seed: int, purpose: str) -> np.ndarray:
+    """One float per client: a number for all, a tuple with one per client, or a distribution
+    drawn once per client from stream ``(purpose, client)``."""
+    if isinstance(spec, (int, float)):
+        return np.full(num_clients, float(spec))
+    if isinstance(spec, tuple):
+        if len(spec) != num_clients:
+            raise ValueError(f"need one value per client ({num_clients}), got {len(spec)}")
+        return np.asarray(spec, dtype=np.float64)
+    if isinstance(spec, Constant):
+        return np.full(num_clients, float(spec.value))
+    return np.array([float(spec.sample(stream(seed, purpose, c))) for c in range(num_clients)])
 
 
-def base_speeds(speed: Any, num_clients: int, seed: int) -> np.ndarray:
-    """Per-client base speed (steps per simulated second): a number, one per client, or a
-    distribution drawn once per client from stream ``("speed", client)``."""
-    if isinstance(speed, (int, float)):
-        return np.full(num_clients, float(speed))
-    if isinstance(speed, (tuple, list)):
-        if len(speed) != num_clients:
-            raise ValueError(f"system.speed: needs one speed per client ({num_clients})")
-        return np.asarray(speed, dtype=np.float64)
-    if isinstance(speed, Constant):
-        return np.full(num_clients, float(speed.value))
-    return np.array([float(draw(speed, stream(seed, "speed", c))) for c in range(num_clients)])
+class PerClientDraws:
+    """The values of :func:`per_client`, drawn only for the clients asked for (and kept): a
+    population of a million clients pays for the few that are ever selected."""
+
+    def __init__(self, spec: PerClient, num_clients: int, seed: int, purpose: str):
+        self.spec, self.seed, self.purpose = spec, seed, purpose
+        self.lazy = not isinstance(spec, (int, float, tuple, Constant))
+        self.values = np.full(num_clients, np.nan) if self.lazy else per_client(spec, num_clients, seed, purpose)
+
+    def take(self, clients: np.ndarray) -> np.ndarray:
+        """Values of ``clients`` (an integer array)."""
+        if self.lazy:
+            v = self.values[clients]
+            for i in np.flatnonzero(np.isnan(v)):
+                c = int(clients[i])
+                v[i] = self.values[c] = float(self.spec.sample(stream(self.seed, self.purpose, c)))
+            return v
+        return self.values[clients]
+
+    def all(self) -> np.ndarray:
+        """Every client's value."""
+        return self.take(np.arange(len(self.values))) if self.lazy else self.values
 
 
 def select(
@@ -96,18 +111,17 @@ def select(
       with count k and weight k / q.
     """
     m = len(available)
-    ones = np.ones(m, dtype=np.int64)
     # Offline clients cannot be sampled: weights target the available population's objective,
     # sum_{i available} p_i F_i / P_avail (P_avail = 1, no rescaling, when everyone is online).
     p_avail = float(p[available].sum()) if m else 0.0
     scale = 1.0 if (m == len(p) or p_avail <= 0) else 1.0 / p_avail
     if m == 0 or clients_per_round is None:
-        return available, ones, p[available].astype(np.float64) * scale
+        return available, np.ones(m, dtype=np.int64), p[available].astype(np.float64) * scale
     q = min(clients_per_round, m)
     rng = stream(seed, "select", key)
     if sampling == "uniform":
         chosen = np.sort(available[rng.permutation(m)[:q]])
-        return chosen, ones[:q], p[chosen] * m / q * scale
+        return chosen, np.ones(q, dtype=np.int64), p[chosen] * m / q * scale
     if sampling != "weighted":
         raise ValueError(f"round.sampling: unknown scheme {sampling!r}")
     pa = p[available].astype(np.float64)

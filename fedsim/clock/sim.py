@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -34,10 +33,8 @@ from simpy.core import NORMAL
 from fedsim.rng import stream
 
 from .draws import select
+from .model import Async, Deadline, Window
 from .plan import Job, RoundPlan
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .clock import Clock
 
 __all__ = ["ClockError", "Simulation", "LATE"]
 
@@ -78,7 +75,8 @@ class _Run:
 
     __slots__ = (
         "client", "key", "round", "version", "start", "give_up", "t_download", "t_compute",
-        "t_upload", "tau", "weight", "count", "status", "end", "process",
+        "t_upload", "tau", "weight", "count", "status", "end", "process", "down", "up", "available",
+        "phase",
     )
 
     def __init__(self, **kw):
@@ -87,6 +85,11 @@ class _Run:
         self.status = "running"
         self.end = math.nan
         self.process = None
+        self.phase = 0  # phases finished, of download, compute, upload
+
+    def transfers(self) -> tuple[float, float]:
+        """(download, upload) seconds of the transfers the job finished (0 for one it did not)."""
+        return (self.down if self.phase >= 1 else 0.0), (self.up if self.phase >= 3 else 0.0)
 
     @property
     def resolve_by(self) -> float:
@@ -95,11 +98,14 @@ class _Run:
 
 
 class Simulation:
-    """One run of a :class:`Clock` from t = 0; ``next_plan()`` advances it to the next plan."""
+    """One run of a :class:`~fedsim.clock.Clock` from t = 0; ``next_plan()`` advances it to the
+    next plan. Reads the clock's ``rule``, ``seed``, ``p``, ``num_clients``, ``timelines``,
+    ``rates``, ``transfers_of()``, ``slowdown()`` and ``work_cap()``."""
 
-    def __init__(self, clock: "Clock", log: list | None = None):
+    def __init__(self, clock, log: list | None = None):
         self.clock = clock
-        self.cfg = clock.round_cfg
+        self.rule = clock.rule
+        self.policy = clock.rule.policy
         self.log = log
         self.env = simpy.Environment(initial_time=0.0)  # float times in every row
         self.m = clock.num_clients
@@ -108,7 +114,7 @@ class Simulation:
         self.queue: deque[RoundPlan] = deque()
         self.ready = self.env.event()
         self.came_online = self.env.event()
-        self.is_async = self.cfg.policy == "async"
+        self.is_async = isinstance(self.policy, Async)
         for c, tl in enumerate(clock.timelines):
             if tl.changes:
                 self.env.process(self._availability(c, tl))
@@ -181,6 +187,7 @@ class Simulation:
                     self._note(run.give_up, "dropped", run.client, run.key)
                     break
                 yield _At(self.env, t)
+                run.phase += 1
                 self._note(t, phase, run.client, run.key)
             else:
                 run.status, run.end = "completed", run.t_upload
@@ -193,26 +200,27 @@ class Simulation:
             self._request_settle()
 
     def _start(self, c: int, key: int, round_: int, version: int, start: float, window_close: float | None,
-               give_up: float, weight: float, count: int) -> _Run:
+               give_up: float, weight: float, count: int, available: int) -> _Run:
         """Plan job (c, key) started at ``start`` and, if it has work, launch its process."""
         clock = self.clock
-        L = clock.latency
+        down, up = (float(x[0]) for x in clock.transfers_of(np.array([c])))
         slow = clock.slowdown(c, key)
         rate = clock.rates[c]
         cap = clock.work_cap(c, key)
-        t_d = start + L
+        t_d = start + down
         if window_close is not None:  # window: the whole steps that fit before the last upload start
-            t_to = window_close - L
+            t_to = window_close - up
             fit = rate.fit(t_d, t_to, slow)
             tau = fit if cap is None else min(fit, cap)
             t_c = min(rate.finish(t_d, tau, slow), t_to)
-            t_u = min(t_c + L, window_close)
+            t_u = min(t_c + up, window_close)
         else:
             tau = cap
             t_c = rate.finish(t_d, tau, slow)
-            t_u = t_c + L
+            t_u = t_c + up
         run = _Run(client=c, key=key, round=round_, version=version, start=start, give_up=give_up,
-                   t_download=t_d, t_compute=t_c, t_upload=t_u, tau=tau, weight=weight, count=count)
+                   t_download=t_d, t_compute=t_c, t_upload=t_u, tau=tau, weight=weight, count=count,
+                   down=down, up=up, available=available)
         self._note(start, "start", c, key)
         if tau == 0:  # nothing to do: dropped at once, no download, cannot fail
             run.status, run.end = "dropped", start
@@ -225,33 +233,32 @@ class Simulation:
 
     # ------------------------------------------------------------------ synchronous rounds
     def _sync_rounds(self):
-        env, cfg, clock = self.env, self.cfg, self.clock
-        policy = cfg.policy
+        env, rule, clock, policy = self.env, self.rule, self.clock, self.policy
         r, t_open = 0, 0.0
         while True:
-            if policy == "window":
-                t_open, window_close = r * cfg.window, (r + 1) * cfg.window
+            if isinstance(policy, Window):
+                t_open, window_close = r * policy.window, (r + 1) * policy.window
                 give_up = window_close
             else:
                 window_close = None
-                give_up = t_open + cfg.deadline if policy == "deadline" else INF
+                give_up = t_open + policy.deadline if isinstance(policy, Deadline) else INF
             was_online = list(self.online)
             online = np.flatnonzero(was_online)
-            chosen, counts, weights = select(online, cfg.clients_per_round, cfg.sampling, clock.p, clock.seed, r)
+            chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, clock.p, clock.seed, r)
             runs = [
-                self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k))
+                self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k), len(online))
                 for c, k, w in zip(chosen, counts, weights)
             ]
             procs = [run.process for run in runs if run.process is not None]
             if procs:
                 yield simpy.AllOf(env, procs)
-            if policy == "window":
+            if isinstance(policy, Window):
                 close = window_close
             elif runs:
                 close = max(run.end for run in runs)  # deadline: dropped runs end at the deadline
             else:  # nobody online: wait for the first client to come online (deadline: at most D)
                 self.came_online = env.event()
-                if policy == "deadline":
+                if isinstance(policy, Deadline):
                     yield simpy.AnyOf(env, [self.came_online, _At(env, give_up, LATE)])
                 else:
                     yield self.came_online
@@ -266,12 +273,13 @@ class Simulation:
             done = run.status == "completed"
             rows[run.client] = Job(
                 r, run.client, run.status, run.tau if done else 0, run.start,
-                close if run.status == "dropped" else run.end, r, r, 0, run.weight, run.count,
+                close if run.status == "dropped" else run.end, r, r, 0, run.weight, run.count, *run.transfers(),
             )
-        for c in range(self.m):
-            if not was_online[c]:
-                rows[c] = Job(r, c, "offline", 0, t_open, t_open, r, r, 0, 0.0, 0)
-        return RoundPlan(r, t_open, close, tuple(rows[c] for c in sorted(rows)), r + 1)
+        if self.rule.clients_per_round is None:  # full participation: the offline clients were asked for
+            for c in range(self.m):
+                if not was_online[c]:
+                    rows[c] = Job(r, c, "offline", 0, t_open, t_open, r, r, 0, 0.0, 0)
+        return RoundPlan(r, t_open, close, tuple(rows[c] for c in sorted(rows)), r + 1, sum(was_online))
 
     # ------------------------------------------------------------------ asynchronous (FedBuff-style)
     def _request_settle(self) -> None:
@@ -283,18 +291,19 @@ class Simulation:
         """End of an instant: process resolved jobs in key order (every ``buffer`` arrivals make a
         server update), then fill free slots among online clients not in flight."""
         self.settle_scheduled = False
-        cfg, clock, now = self.cfg, self.clock, self.env.now
+        policy, clock, now = self.policy, self.clock, self.env.now
         batch, self.resolved = sorted(self.resolved, key=lambda run: run.key), []
         for run in batch:
             del self.in_flight[run.client]
             self.pending.append(run)
             if run.status == "completed":
                 self.arrivals += 1
-                if self.arrivals == cfg.buffer:
+                if self.arrivals == policy.buffer:
                     self._async_update(now)
-        free = cfg.concurrency - len(self.in_flight)
+        free = policy.concurrency - len(self.in_flight)
         if free <= 0:
             return
+        available = sum(self.online)
         candidates = np.array([c for c in range(self.m) if self.online[c] and c not in self.in_flight], dtype=np.int64)
         if not len(candidates):
             return
@@ -302,7 +311,7 @@ class Simulation:
         pick = np.sort(candidates[stream(clock.seed, "select", self.seq).permutation(len(candidates))[:k]])
         for c in pick:
             c = int(c)
-            run = self._start(c, self.seq, -1, self.version, now, None, INF, float(clock.p[c]), 1)
+            run = self._start(c, self.seq, -1, self.version, now, None, INF, float(clock.p[c]), 1, available)
             self.in_flight[c] = run
             self.seq += 1
             if run.process is None:
@@ -316,10 +325,11 @@ class Simulation:
         u = self.version
         jobs = tuple(
             Job(u, run.client, run.status, run.tau if run.status == "completed" else 0, run.start, run.end,
-                run.key, run.version, u - run.version, run.weight, 1)
+                run.key, run.version, u - run.version, run.weight, 1, *run.transfers())
             for run in self.pending
         )
+        first = min(self.pending, key=lambda run: (run.start, run.key))
         self.version += 1
         live = [run.version for run in self.in_flight.values() if run.status in ("running", "completed")]
-        self._emit(RoundPlan(u, self.last_update, now, jobs, min(live + [self.version])))
+        self._emit(RoundPlan(u, self.last_update, now, jobs, min(live + [self.version]), first.available))
         self.pending, self.arrivals, self.last_update = [], 0, now

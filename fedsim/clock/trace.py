@@ -1,26 +1,42 @@
 """Measured device traces: replay availability and time-varying speed per client.
 
-File format (CSV, ``system.trace``; a header line, then one interval per line)::
+Two CSV layouts (``system.trace``; a header line, then one interval per line; lines starting
+with '#' and blank lines are ignored). **Speed traces**::
 
-    # lines starting with '#' and blank lines are ignored
     client,start,end,online,speed
     0,0,3600,1,2.5        # client 0 online in [0, 3600) s, 2.5 local steps per second
     0,3600,5400,0,0       # offline in [3600, 5400) (speed is ignored while offline)
 
-* ``client``: integer 0 .. clients-1; every client needs at least one interval.
-* ``start``, ``end``: simulated seconds, 0 <= start < end, finite; one client's intervals must not
-  overlap (they may touch). Gaps between a client's intervals, and the time before its first
+**Device traces** (the layout ``fedsim trace import-fedscale`` writes; a header holding
+``sample_seconds`` selects it)::
+
+    client,start,end,sample_seconds,down_kbps,up_kbps
+    0,0,3600,0.012,5000,1200   # online in [0, 3600): 12 ms per sample, 5000 / 1200 kbit/s
+
+* ``client``: integer 0 .. clients-1 (ASCII digits); every client needs at least one interval.
+* ``start``, ``end``: simulated seconds, 0 <= start < end <= 1e15; one client's intervals must
+  not overlap (they may touch). Gaps between a client's intervals, and the time before its first
   one, count as offline.
-* ``online``: 0 or 1. ``speed``: local steps per simulated second, >= 0, and > 0 when online.
-  Steps complete by integrating the speed over time (piecewise constant), divided by the job's
+* ``online``: 0 or 1 (optional in device traces, default 1: every row is an online interval; an
+  offline row can extend the period). ``speed``: local steps per simulated second, 0 <= speed <=
+  1e12, and > 0 when online.
+* Device rows: ``sample_seconds`` > 0 is the compute time of one sample; one local step takes
+  3 x batch_size x sample_seconds (forward and backward, FedScale's factor 3). ``down_kbps`` /
+  ``up_kbps`` > 0 are the client's bandwidths in kbit/s (the same on all its online rows): a
+  download takes latency + model_kbit / down_kbps, an upload latency + upload_kbit / up_kbps, with
+  kbit = bytes x 8 / 1024 (FedScale's units; the bytes come from the model, ``WorkCost``).
+* Steps complete by integrating the speed over time (piecewise constant), divided by the job's
   slowdown factor if ``system.slowdown`` is set.
 * A client's period P is its last ``end``. Beyond it, ``system.trace_repeat`` decides:
   ``cycle`` (default) replays the client's trace from 0 (time t behaves like t mod P);
-  ``last`` keeps the last interval's state and speed forever.
+  ``last`` keeps the last interval's state and speed forever. FedScale's availability (online at
+  t iff active[k] <= (t mod finish_time) <= inactive[k]) is rows [active[k], inactive[k]) plus an
+  offline row up to finish_time: the same up to the instants at the interval ends.
 
 A trace replaces ``system.speed`` and ``system.availability``. A malformed file raises
 :class:`TraceError` whose message is one line naming the file, the line and the problem, e.g.
-``traces/x.csv line 7: intervals overlap for client 2 (with line 5)``.
+``traces/x.csv line 7: intervals overlap for client 2 (with line 5)``. Only regular files are
+read (a device or FIFO is refused before opening).
 """
 
 from __future__ import annotations
@@ -28,20 +44,26 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from fedsim.scenario import ScenarioError
+from fedsim.errors import ScenarioError
 
 from .availability import cycle_times
 from .draws import whole_steps
+from .model import MAX_SPEED, MAX_TIME
 
-__all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS"]
+__all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS", "DEVICE_COLUMNS"]
 
 TRACE_COLUMNS = ("client", "start", "end", "online", "speed")
+#: Device traces (e.g. imported from FedScale): per-sample compute time and bandwidths; ``online``
+#: is optional (default 1).
+DEVICE_COLUMNS = ("client", "start", "end", "sample_seconds", "down_kbps", "up_kbps")
 
 
 class TraceError(ScenarioError):
@@ -71,41 +93,64 @@ class ClientTrace:
 
 @dataclass(frozen=True, eq=False)
 class Trace:
+    """A loaded trace. Speed traces: ``speed`` in local steps per second. Device traces
+    (``device`` True): ``speed`` in samples per second (1 / sample_seconds), and each client's
+    ``down_kbps`` / ``up_kbps``."""
+
     path: str
     clients: tuple[ClientTrace, ...]
+    device: bool = False
+    down_kbps: np.ndarray | None = None
+    up_kbps: np.ndarray | None = None
 
 
 def _fail(name: str, line: int | None, msg: str) -> TraceError:
     return TraceError(f"{name} line {line}: {msg}" if line is not None else f"{name}: {msg}")
 
 
-def _number(name: str, line: int, col: str, text: str) -> float:
+def _number(name: str, line: int, col: str, text: str, bound: float) -> float:
     try:
         x = float(text)
     except ValueError:
         raise _fail(name, line, f"{col} is not a number: {text!r}") from None
     if not math.isfinite(x):
         raise _fail(name, line, f"{col} must be finite, got {text!r}")
+    if abs(x) > bound:
+        raise _fail(name, line, f"{col} must be at most {bound:g} in size, got {text!r}")
     return x
 
 
-def load_trace(path: str | Path, num_clients: int) -> Trace:
-    """Read and check a trace file for ``num_clients`` clients (see the module docstring)."""
-    name = str(path)
+def _read_regular(path: str | Path, name: str) -> str:
+    """The text of ``path``, which must be a regular file (not a device, FIFO or directory: those
+    never end or block, so they are refused before opening)."""
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
+        st = os.stat(path)
     except FileNotFoundError:
         raise _fail(name, None, "no such trace file") from None
-    except IsADirectoryError:
-        raise _fail(name, None, "is a directory, not a trace file") from None
+    except OSError as err:
+        raise _fail(name, None, f"cannot read ({err.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise _fail(name, None, "is a directory, not a trace file")
+    if not stat.S_ISREG(st.st_mode):
+        raise _fail(name, None, "not a regular file (a device, FIFO or socket)")
+    try:
+        return Path(path).read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
     except UnicodeDecodeError:
         raise _fail(name, None, "not a text file") from None
     except OSError as err:
         raise _fail(name, None, f"cannot read ({err.strerror})") from None
 
+
+def load_trace(path: str | Path, num_clients: int) -> Trace:
+    """Read and check a trace file for ``num_clients`` clients (see the module docstring)."""
+    name = str(path)
+    text = _read_regular(path, name)
+
     reader = csv.reader(io.StringIO(text))
     index: dict[str, int] | None = None
     rows: dict[int, list[tuple[float, float, bool, float, int]]] = {c: [] for c in range(num_clients)}
+    bandwidth: dict[int, tuple[float, float]] = {}
+    device = False
     while True:
         try:
             row = next(reader)
@@ -119,21 +164,28 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
             continue
         if index is None:
             index = _header(name, line, cells)
+            device = "sample_seconds" in index
             continue
         if len(cells) != len(index):
             raise _fail(name, line, f"expected {len(index)} values, got {len(cells)}")
         get = {col: cells[i] for col, i in index.items()}
         c_text = get["client"]
-        if not c_text.isdigit():
+        if not (c_text.isascii() and c_text.isdigit()):
             raise _fail(name, line, f"client must be a non-negative integer, got {c_text!r}")
         c = int(c_text)
         if c >= num_clients:
             known = f"the scenario has {num_clients} clients: 0..{num_clients - 1}"
             raise _fail(name, line, f"unknown client {c} ({known})")
-        start = _number(name, line, "start", get["start"])
-        end = _number(name, line, "end", get["end"])
-        online_x = _number(name, line, "online", get["online"])
-        speed = _number(name, line, "speed", get["speed"])
+        start = _number(name, line, "start", get["start"], MAX_TIME)
+        end = _number(name, line, "end", get["end"], MAX_TIME)
+        online_x = _number(name, line, "online", get.get("online", "1"), MAX_TIME)
+        if device:
+            speed, bw = _device_row(name, line, get, online_x == 1.0)
+            if bw is not None:
+                if bandwidth.setdefault(c, bw) != bw:
+                    raise _fail(name, line, f"client {c}'s down_kbps / up_kbps differ from its earlier rows")
+        else:
+            speed = _number(name, line, "speed", get["speed"], MAX_SPEED)
         if start < 0 or end < 0:
             raise _fail(name, line, f"negative time (start {start:g}, end {end:g})")
         if not start < end:
@@ -161,20 +213,40 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
     if missing:
         listed = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
         raise _fail(name, None, f"no intervals for client(s) {listed} (every client needs at least one)")
-    return Trace(name, tuple(clients))
+    if not device:
+        return Trace(name, tuple(clients))
+    bw = np.array([bandwidth.get(c, (math.inf, math.inf)) for c in range(num_clients)], dtype=np.float64)
+    return Trace(name, tuple(clients), True, bw[:, 0], bw[:, 1])
+
+
+def _device_row(name: str, line: int, get: dict, online: bool) -> tuple[float, tuple[float, float] | None]:
+    """(samples per second, (down_kbps, up_kbps)) of a device-trace row; offline rows: (0, None)."""
+    sample = _number(name, line, "sample_seconds", get["sample_seconds"], MAX_TIME)
+    down = _number(name, line, "down_kbps", get["down_kbps"], MAX_TIME)
+    up = _number(name, line, "up_kbps", get["up_kbps"], MAX_TIME)
+    if not online:
+        return 0.0, None
+    for col, x in (("sample_seconds", sample), ("down_kbps", down), ("up_kbps", up)):
+        if not x > 0:
+            raise _fail(name, line, f"{col} must be > 0 while online, got {get[col]!r}")
+    if sample < 1 / MAX_SPEED:
+        raise _fail(name, line, f"sample_seconds must be at least {1 / MAX_SPEED:g}, got {get['sample_seconds']!r}")
+    return 1.0 / sample, (down, up)
 
 
 def _header(name: str, line: int, cells: list[str]) -> dict[str, int]:
+    """Column positions; ``sample_seconds`` in the header makes it a device trace."""
+    columns, optional = (DEVICE_COLUMNS, ("online",)) if "sample_seconds" in cells else (TRACE_COLUMNS, ())
     index: dict[str, int] = {}
     for i, col in enumerate(cells):
         if col in index:
             raise _fail(name, line, f"duplicate column {col!r}")
-        if col not in TRACE_COLUMNS:
-            raise _fail(name, line, f"unknown column {col!r} (expected {', '.join(TRACE_COLUMNS)})")
+        if col not in columns and col not in optional:
+            raise _fail(name, line, f"unknown column {col!r} (expected {', '.join(columns)})")
         index[col] = i
-    missing = [c for c in TRACE_COLUMNS if c not in index]
+    missing = [c for c in columns if c not in index]
     if missing:
-        raise _fail(name, line, f"missing column(s) {', '.join(missing)} (expected {', '.join(TRACE_COLUMNS)})")
+        raise _fail(name, line, f"missing column(s) {', '.join(missing)} (expected {', '.join(columns)})")
     return index
 
 

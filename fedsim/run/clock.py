@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..clock import Clock
+from ..clock import Clock, Population, WorkCost
 
 __all__ = ["build_clock"]
 
@@ -16,15 +16,17 @@ def build_clock(
     weights: Sequence[float] | None = None,
     *,
     fast: bool | None = None,
+    cost: WorkCost | None = None,
 ) -> Clock:
     """The clock of a :class:`~fedsim.scenario.Scenario`: its system, round policy, seed and
-    ``algorithm.batch_size`` (only for ``local_epochs``). Nothing else of the algorithm is read."""
+    ``algorithm.batch_size`` (only for ``local_epochs``), over clients with n_i = ``client_sizes``
+    and p_i = ``weights`` (default n_i / n). ``cost`` (FLOPs per step, bytes per transfer) is
+    needed by ``system.compute`` and ``system.network``. Nothing else of the algorithm is read."""
     return Clock(
-        scenario.system,
-        scenario.round,
+        scenario.system.value(scenario.algorithm.batch_size),
+        scenario.round.value(scenario.algorithm.batch_size),
+        Population.of(client_sizes, weights),
         seed=scenario.seed,
-        client_sizes=client_sizes,
-        weights=weights,
-        batch_size=scenario.algorithm.batch_size,
+        cost=cost,
         fast=fast,
     )

@@ -1,0 +1,267 @@
+"""The clock's inputs as frozen plain values (no pydantic): what a validated scenario becomes.
+
+:mod:`fedsim.scenario` checks every field and cross-field rule (it knows the key paths to blame)
+and converts its ``system`` and ``round`` sections into these values; :class:`fedsim.clock.Clock`
+takes only these. Sum types are unions of small dataclasses, read with ``isinstance`` or
+``match``:
+
+* a distribution: :class:`Constant` | :class:`Uniform` | :class:`LogNormal` | :class:`RandInt` |
+  :class:`Exponential`, each with ``sample(rng)``;
+* a per-client quantity (:data:`PerClient`): one number for every client, one number per client,
+  or a distribution drawn once per client;
+* compute: :class:`Speed` (local steps per second) | :class:`Flops` (device FLOP/s; needs a
+  :class:`WorkCost`) | :class:`Traced` (a measured trace);
+* availability: :class:`Always` | :class:`Markov` | :class:`Diurnal` | :class:`Intervals` |
+  :class:`Traced`;
+* round policy: :class:`Window` | :class:`Wait` | :class:`Deadline` | :class:`Async`;
+* prescribed work: :class:`Steps` | :class:`Epochs` | None.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Union
+
+import numpy as np
+
+__all__ = [
+    "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
+    "Speed", "Flops", "Network", "Traced", "Always", "Markov", "Diurnal", "Intervals", "System",
+    "Window", "Wait", "Deadline", "Async", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
+    "MAX_TIME", "MAX_SPEED", "MAX_STEPS", "MAX_EPOCHS",
+]
+
+#: Largest simulated time (seconds) a scenario or trace may state: 1e15 s is 30 million years, and
+#: keeps sums of times, and products with :data:`MAX_SPEED`, far from float overflow.
+MAX_TIME = 1e15
+#: Largest local-step rate (steps per second) a scenario or trace may state.
+MAX_SPEED = 1e12
+#: Step counts are capped at 2**53 (every integer up to it is exact in float64; no int64 overflow).
+MAX_STEPS = 2**53
+#: Largest prescribed ``local_epochs`` (E n_i stays far inside int64 for any dataset size).
+MAX_EPOCHS = 10**6
+
+
+# --------------------------------------------------------------------------- distributions
+@dataclass(frozen=True)
+class Constant:
+    value: float
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """Continuous uniform on [low, high]."""
+
+    low: float
+    high: float
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return float(rng.uniform(self.low, self.high))
+
+
+@dataclass(frozen=True)
+class LogNormal:
+    """``median * exp(sigma * N(0, 1))``."""
+
+    median: float
+    sigma: float
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return float(self.median * math.exp(self.sigma * rng.standard_normal()))
+
+
+@dataclass(frozen=True)
+class RandInt:
+    """Integer uniform on {low, ..., high} (both inclusive)."""
+
+    low: int
+    high: int
+
+    def sample(self, rng: np.random.Generator) -> int:
+        return int(rng.integers(self.low, self.high + 1))
+
+
+@dataclass(frozen=True)
+class Exponential:
+    mean: float
+
+    def sample(self, rng: np.random.Generator) -> float:
+        return float(rng.exponential(self.mean))
+
+
+Dist = Union[Constant, Uniform, LogNormal, RandInt, Exponential]
+#: One number for every client, a tuple with one number per client, or a distribution drawn once
+#: per client (stream ``(purpose, client)``).
+PerClient = Union[float, tuple, Dist]
+
+
+# --------------------------------------------------------------------------- system
+@dataclass(frozen=True)
+class Speed:
+    """Local steps per simulated second."""
+
+    steps_per_second: PerClient
+
+
+@dataclass(frozen=True)
+class Flops:
+    """Device FLOP/s; one local step takes ``WorkCost.step_flops / flops`` seconds."""
+
+    flops: PerClient
+
+
+@dataclass(frozen=True)
+class Network:
+    """Bandwidths in bits per second: download ``model_bytes * 8 / down``, upload
+    ``upload_bytes * 8 / up`` (plus the latency, per transfer)."""
+
+    down: PerClient
+    up: PerClient
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A measured trace file (:mod:`fedsim.clock.trace`): time-varying speed and availability."""
+
+    path: str
+    repeat: Literal["cycle", "last"] = "cycle"
+    batch_size: int = 32  # device traces: one local step is 3 x batch_size samples' time
+
+
+@dataclass(frozen=True)
+class Always:
+    """Online all the time."""
+
+
+@dataclass(frozen=True)
+class Markov:
+    """Exponential online / offline sojourns with these means (seconds)."""
+
+    mean_online: float
+    mean_offline: float
+
+
+@dataclass(frozen=True)
+class Diurnal:
+    """A daily cycle: client i's online probability pi_i(t) = trough + (peak - trough) *
+    (1 + cos(2 pi (t - phase_i) / period)) / 2 (highest at t = phase_i), approached by a
+    two-state chain that goes offline at rate (1 - pi_i(t)) / mean_sojourn and online at rate
+    pi_i(t) / mean_sojourn. ``phase`` is one number, one per client, or a :class:`Uniform`."""
+
+    period: float
+    peak: float
+    trough: float
+    phase: PerClient
+    mean_sojourn: float
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """Explicit offline intervals ``[start, end)``: one tuple of ``(start, end)`` per client."""
+
+    offline: tuple
+
+
+@dataclass(frozen=True)
+class System:
+    """Compute, availability, slowdown (a per-job factor on step time), latency (seconds per
+    transfer) and network of the clients."""
+
+    compute: Union[Speed, Flops, Traced] = Speed(1.0)
+    availability: Union[Always, Markov, Diurnal, Intervals, Traced] = Always()
+    slowdown: Dist | None = None
+    latency: float = 0.0
+    network: Network | None = None
+
+
+# --------------------------------------------------------------------------- rounds
+@dataclass(frozen=True)
+class Window:
+    """Rounds of fixed length ``window`` seconds."""
+
+    window: float
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Prescribed work; the round ends when the last surviving client has uploaded."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """Prescribed work; jobs not done ``deadline`` seconds after the open are dropped."""
+
+    deadline: float
+
+
+@dataclass(frozen=True)
+class Async:
+    """FedBuff-style: ``concurrency`` jobs in flight, one server update every ``buffer`` arrivals."""
+
+    concurrency: int
+    buffer: int = 1
+
+
+@dataclass(frozen=True)
+class Steps:
+    """``local_steps``: a number of local steps, or an integer distribution drawn per job."""
+
+    dist: Union[Constant, RandInt]
+
+
+@dataclass(frozen=True)
+class Epochs:
+    """``local_epochs`` E: tau_i = floor(E * n_i / batch_size), E a number or drawn per job."""
+
+    dist: Union[Constant, RandInt]
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class RoundRule:
+    """Round policy, prescribed work (None: only the window limits it), step cap and selection."""
+
+    policy: Union[Window, Wait, Deadline, Async]
+    work: Union[Steps, Epochs, None] = None
+    max_local_steps: int | None = None
+    clients_per_round: int | None = None
+    sampling: Literal["uniform", "weighted"] = "uniform"
+
+
+# --------------------------------------------------------------------------- clients and work
+@dataclass(frozen=True, eq=False)
+class Population:
+    """The clients: n_i (``sizes``, for ``local_epochs``) and p_i (``p``, selection and weights)."""
+
+    sizes: np.ndarray
+    p: np.ndarray
+
+    def __post_init__(self):
+        if len(self.sizes) == 0:
+            raise ValueError("the clock needs at least one client")
+        if self.p.shape != self.sizes.shape:
+            raise ValueError(f"weights: need one weight per client ({len(self.sizes)})")
+
+    @classmethod
+    def of(cls, sizes, weights=None) -> "Population":
+        """n_i from ``sizes``; p_i from ``weights``, default n_i / n."""
+        n = np.asarray(sizes, dtype=np.int64)
+        p = n / n.sum() if weights is None else np.asarray(weights, dtype=np.float64)
+        return cls(n, p)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+
+@dataclass(frozen=True)
+class WorkCost:
+    """What one job costs, from the model (``fedsim.devices``): FLOPs of one local step (forward
+    and backward at the batch size), bytes downloaded (the model) and bytes uploaded."""
+
+    step_flops: float
+    model_bytes: float
+    upload_bytes: float
