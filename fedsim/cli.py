@@ -67,7 +67,8 @@ def _raw(args) -> dict:
 
 
 def _cmd_run(args) -> int:
-    from .runner import default_out, run
+    from .run import default_out, run
+    from .run.folder import variant_folder
     from .scenario import expand_variants, load_scenario
 
     sc = load_scenario(args.scenario, args.overrides)
@@ -84,7 +85,7 @@ def _cmd_run(args) -> int:
     results = []
     try:
         for vname, vsc in variants:
-            out = base / vname if vname else base
+            out = variant_folder(base, vname) if vname else base
             if args.schedule_only:
                 from .schedule import run_schedule
 

@@ -8,7 +8,7 @@ rank trains its share with :func:`fedsim.engine.train.train_cohort` and the per-
 (deltas, v_hat, losses) are combined with one ``all_gather`` (gloo on CPU, NCCL on GPU), so every
 rank holds the whole cohort's results in task order and runs the identical server update.
 Evaluation batches are shared the same way (:mod:`fedsim.engine.evaluate`). Rank 0
-writes the run folder; the other ranks write nothing.
+writes the run folder; the other ranks write nothing (:mod:`fedsim.run`).
 
 Results match a single process: the same clients do the same steps from the same model with the
 same minibatches, and the server sees the same rows in the same order (float64 runs are
@@ -16,7 +16,8 @@ bit-identical in the tests; dropout masks are keyed by (seed, client, key, step)
 depend on the split either).
 
 Across nodes use torchrun's usual flags (``--nnodes``, ``--node_rank``, ``--rdzv-endpoint``); rank
-0's node holds the run folder. ``--resume`` reads the checkpoint on rank 0 and broadcasts it.
+0's node holds the run folder. ``--resume`` reads the checkpoint on rank 0 and broadcasts it
+(:func:`fedsim.run.ranks.agree`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ __all__ = [
     "lpt_assign",
     "train_cohort_sharded",
     "broadcast_object",
-    "agree",
+    "all_reduce_sum",
 ]
 
 Tensors = dict[str, torch.Tensor]
@@ -113,33 +114,6 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     dist = _dist()
     dist.broadcast_object_list(box, src=src, device=_collective_device())
     return box[0]
-
-
-def agree(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` on rank 0 only and hand its result -- or its failure -- to every rank.
-
-    Keeps the ranks in step when rank 0 does something that may fail (preparing the run folder,
-    reading a checkpoint): otherwise a failure on rank 0 would leave the others waiting in the
-    next collective. Rank 0 re-raises the original exception; the others raise a
-    ``ScenarioError`` (exit status 2) or ``RuntimeError`` with the same message.
-    """
-    rank, size = world()
-    if size == 1:
-        return fn()
-    from ..scenario import ScenarioError
-
-    if rank == 0:
-        try:
-            value = fn()
-        except BaseException as err:
-            broadcast_object(("err", isinstance(err, ScenarioError), str(err)))
-            raise
-        broadcast_object(("ok", value, None))
-        return value
-    kind, value, msg = broadcast_object(None)
-    if kind == "err":
-        raise (ScenarioError if value else RuntimeError)(msg)
-    return value
 
 
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
