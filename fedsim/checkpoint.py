@@ -15,6 +15,7 @@ weights_only=True)``, and a file that is not a fedsim checkpoint is refused with
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 
 import torch
@@ -50,7 +51,9 @@ def load_checkpoint(out: Path) -> dict | None:
     if path.stat().st_size == 0:
         raise FolderError(f"--resume {out}: {CHECKPOINT} is empty; delete it to resume from the start")
     try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols on stderr
+            warnings.simplefilter("ignore")
+            ck = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # noqa: BLE001 - torch's text would suggest unsafe loading; say what it is instead
         raise FolderError(
             f"--resume {out}: {CHECKPOINT} is damaged or was not written by fedsim; delete it to resume from the start"
