@@ -29,7 +29,7 @@ from ..scenario import Scenario, dump_scenario
 from .files import FolderError, safe_component, write_atomic
 
 __all__ = [
-    "FILES", "LOCK", "default_out", "variant_folder", "check_folder", "locked", "prepare_folder",
+    "FILES", "LOCK", "default_out", "variant_folder", "check_folder", "check_unlocked", "locked", "prepare_folder",
     "open_for_resume", "Tables", "write_partition", "save_model", "info_text",
 ]
 
