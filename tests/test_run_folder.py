@@ -231,3 +231,12 @@ def test_resume_without_checkpoint_restarts(quad, finished):
     assert main(["run", str(quad), "--resume", str(finished), "--quiet"]) == 0
     for name in FILES:
         assert (finished / name).read_bytes() == ref[name]
+
+
+def test_checkpoint_of_another_model_is_refused_before_cutting(quad, finished, capsys):
+    ck = torch.load(finished / "checkpoint.pt", weights_only=True)
+    ck["sim"]["params"] = {"w": torch.zeros(1)}
+    torch.save(ck, finished / "checkpoint.pt")
+    before = _snapshot(finished)
+    _one_line_2(capsys, ["run", str(quad), "--resume", str(finished), "--quiet"], "another model")
+    assert _snapshot(finished) == before

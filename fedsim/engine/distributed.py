@@ -23,7 +23,7 @@ Across nodes use torchrun's usual flags (``--nnodes``, ``--node_rank``, ``--rdzv
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 

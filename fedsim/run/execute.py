@@ -17,7 +17,7 @@ from ..records import RunSummary
 from ..scenario import Scenario
 from .build import build_run
 from .display import progress_printer
-from .files import FolderError, write_atomic
+from .files import write_atomic
 from .folder import (
     Tables, check_folder, check_unlocked, default_out, info_text, locked, open_for_resume, prepare_folder,
     save_model, write_partition,
@@ -34,9 +34,9 @@ def run(
     """Run ``sc`` into ``out`` (default ``runs/<name>``); returns the final summary.
 
     With ``resume`` the run continues from the folder's last checkpoint (or from the start when
-    there is none); rows written after that checkpoint are cut back first. A folder another run
-    holds, or one that is not this run's to write, is refused (:class:`FolderError`, exit 2)
-    before anything is built or written.
+    there is none); rows written after that checkpoint are cut back first. A folder that is not
+    this run's to write is refused (:class:`~fedsim.run.files.FolderError`, exit 2) before
+    anything is built, and one another run holds before anything is written.
     """
     out = Path(out) if out is not None else default_out(sc)
     main = distributed.is_main()  # under torchrun only rank 0 touches the run folder
@@ -52,13 +52,11 @@ def run(
 
         def open_folder() -> dict | None:
             stack.enter_context(locked(out))
-            return open_for_resume(sc, out) if resume else prepare_folder(sc, out, force=force)
+            return open_for_resume(sc, out, engine.params) if resume else prepare_folder(sc, out, force=force)
 
         ck = agree(open_folder)
         start = 0
         if ck is not None:
-            if set(ck["sim"]["params"]) != set(engine.params):
-                raise FolderError(f"--resume {out}: checkpoint.pt holds another model's parameters")
             engine.load_state(ck["sim"])
             start = ck["next_round"]
         sinks = []

@@ -18,7 +18,7 @@ import fcntl
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Collection, Iterator
 
 import torch
 
@@ -111,18 +111,21 @@ def prepare_folder(sc: Scenario, out: Path, *, force: bool) -> None:
     write_atomic(out / "scenario.yaml", dump_scenario(sc).encode())
 
 
-def open_for_resume(sc: Scenario, out: Path) -> dict | None:
+def open_for_resume(sc: Scenario, out: Path, params: Collection[str]) -> dict | None:
     """Check ``out`` for ``--resume`` and cut its tables back to its checkpoint; the checkpoint
     (None: none, the run restarts from round 0).
 
-    Refused: a table shorter than the checkpoint records, missing, or not ending in a whole line
-    there; a ``rounds.csv`` whose row count there is not the checkpoint's round; a checkpoint
-    that is not this run's (:func:`fedsim.checkpoint.load_checkpoint`).
+    Refused, before anything is cut: a table shorter than the checkpoint records, missing, or not
+    ending in a whole line there; a ``rounds.csv`` whose row count there is not the checkpoint's
+    round; a checkpoint that is not a fedsim checkpoint (:func:`fedsim.checkpoint.load_checkpoint`),
+    is past the run's end or holds other parameters than ``params`` (the model's names).
     """
     check_folder(sc, out, resume=True)
     ck = load_checkpoint(out)
     sizes = ck["table_sizes"] if ck else dict.fromkeys(TABLES, 0)
     if ck is not None:
+        if set(ck["sim"]["params"]) != set(params):
+            raise FolderError(f"--resume {out}: {CHECKPOINT} holds another model's parameters")
         if ck["next_round"] >= sc.rounds:
             raise FolderError(f"--resume {out}: {CHECKPOINT} is for round {ck['next_round']} of a {sc.rounds}-round run")
         for name, size in sizes.items():
