@@ -240,3 +240,14 @@ def test_checkpoint_of_another_model_is_refused_before_cutting(quad, finished, c
     before = _snapshot(finished)
     _one_line_2(capsys, ["run", str(quad), "--resume", str(finished), "--quiet"], "another model")
     assert _snapshot(finished) == before
+
+
+def test_tables_with_other_columns_are_refused(quad, finished, capsys):
+    """A run started by a fedsim that wrote fewer columns (before ``available``) cannot be
+    continued row for row."""
+    lines = (finished / "rounds.csv").read_text().splitlines(keepends=True)
+    old = "".join(",".join(line.rstrip("\n").split(",")[:-1]) + "\n" for line in lines)
+    (finished / "rounds.csv").write_text(old)
+    before = _snapshot(finished)
+    _one_line_2(capsys, ["run", str(quad), "--resume", str(finished), "--quiet"], "rounds.csv", "other columns")
+    assert _snapshot(finished) == before

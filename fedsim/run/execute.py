@@ -52,7 +52,9 @@ def run(
 
         def open_folder() -> dict | None:
             stack.enter_context(locked(out))
-            return open_for_resume(sc, out, engine.params) if resume else prepare_folder(sc, out, force=force)
+            if resume:
+                return open_for_resume(sc, out, engine.params, quadratic=engine.work.is_quadratic)
+            return prepare_folder(sc, out, force=force)
 
         ck = agree(open_folder)
         start = 0

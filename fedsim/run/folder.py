@@ -30,7 +30,7 @@ from .files import FolderError, safe_component, write_atomic
 
 __all__ = [
     "FILES", "LOCK", "default_out", "variant_folder", "check_folder", "check_unlocked", "locked", "prepare_folder",
-    "open_for_resume", "Tables", "write_partition", "save_model", "info_text",
+    "open_for_resume", "table_columns", "Tables", "write_partition", "save_model", "info_text",
 ]
 
 #: Every file fedsim writes into a run folder (``--force`` deletes these and nothing else).
@@ -111,12 +111,12 @@ def prepare_folder(sc: Scenario, out: Path, *, force: bool) -> None:
     write_atomic(out / "scenario.yaml", dump_scenario(sc).encode())
 
 
-def open_for_resume(sc: Scenario, out: Path, params: Collection[str]) -> dict | None:
+def open_for_resume(sc: Scenario, out: Path, params: Collection[str], *, quadratic: bool) -> dict | None:
     """Check ``out`` for ``--resume`` and cut its tables back to its checkpoint; the checkpoint
     (None: none, the run restarts from round 0).
 
-    Refused, before anything is cut: a table shorter than the checkpoint records, missing, or not
-    ending in a whole line there; a ``rounds.csv`` whose row count there is not the checkpoint's
+    Refused, before anything is cut: a table shorter than the checkpoint records, missing, not
+    ending in a whole line there, or with other columns than this version writes; a ``rounds.csv`` whose row count there is not the checkpoint's
     round; a checkpoint that is not a fedsim checkpoint (:func:`fedsim.checkpoint.load_checkpoint`),
     is past the run's end or holds other parameters than ``params`` (the model's names).
     """
@@ -128,8 +128,9 @@ def open_for_resume(sc: Scenario, out: Path, params: Collection[str]) -> dict | 
             raise FolderError(f"--resume {out}: {CHECKPOINT} holds another model's parameters")
         if ck["next_round"] >= sc.rounds:
             raise FolderError(f"--resume {out}: {CHECKPOINT} is for round {ck['next_round']} of a {sc.rounds}-round run")
+        head = table_columns(quadratic)
         for name, size in sizes.items():
-            _check_table(out, name, size, ck["next_round"] + 1 if name == "rounds.csv" else None)
+            _check_table(out, name, size, head[name], ck["next_round"] + 1 if name == "rounds.csv" else None)
     for name, size in sizes.items():
         if (out / name).exists():
             with open(out / name, "r+b") as f:
@@ -139,13 +140,16 @@ def open_for_resume(sc: Scenario, out: Path, params: Collection[str]) -> dict | 
     return ck
 
 
-def _check_table(out: Path, name: str, size: int, lines: int | None) -> None:
+def _check_table(out: Path, name: str, size: int, cols: list[str], lines: int | None) -> None:
     path = out / name
     have = path.stat().st_size if path.is_file() else None
     if have is None or have < size:
         what = "is missing" if have is None else f"has {have} bytes"
         raise FolderError(f"--resume {out}: {name} {what}; its checkpoint needs {size}, cannot resume exactly")
     with open(path, "rb") as f:
+        if f.readline() != (",".join(cols) + "\n").encode():
+            raise FolderError(f"--resume {out}: {name} has other columns than this fedsim writes, cannot resume exactly")
+        f.seek(0)
         if lines is None:
             f.seek(size - 1)
             whole = f.read(1) == b"\n"
@@ -156,15 +160,22 @@ def _check_table(out: Path, name: str, size: int, lines: int | None) -> None:
         raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
 
 
+def table_columns(quadratic: bool) -> dict[str, list[str]]:
+    """The columns of ``rounds.csv`` and ``clients.csv``: the record types' fields
+    (``dist_to_opt`` only for quadratic runs)."""
+    omit = () if quadratic else ("dist_to_opt",)
+    return {"rounds.csv": columns(RoundRecord, omit=omit), "clients.csv": columns(ClientRecord)}
+
+
 class Tables:
-    """``rounds.csv`` and ``clients.csv`` of an open run folder, columns from the record types
-    (``dist_to_opt`` only for quadratic runs); appended to by :meth:`write`."""
+    """``rounds.csv`` and ``clients.csv`` of an open run folder (:func:`table_columns`),
+    appended to by :meth:`write`."""
 
     def __init__(self, out: Path, *, quadratic: bool):
         self.out = Path(out)
-        omit = () if quadratic else ("dist_to_opt",)
-        self.rounds = TableWriter(self.out / "rounds.csv", columns(RoundRecord, omit=omit))
-        self.clients = TableWriter(self.out / "clients.csv", columns(ClientRecord))
+        cols = table_columns(quadratic)
+        self.rounds = TableWriter(self.out / "rounds.csv", cols["rounds.csv"])
+        self.clients = TableWriter(self.out / "clients.csv", cols["clients.csv"])
 
     def write(self, record: RoundRecord, clients: list[ClientRecord]) -> None:
         """One round's rows (client rows first, as before)."""
