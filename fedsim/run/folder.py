@@ -90,7 +90,7 @@ def locked(out: Path) -> Iterator[None]:
         out.mkdir(parents=True, exist_ok=True)
         fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
-        raise FolderError(f"--out {out}: cannot create the run folder ({err.strerror or type(err).__name__})") from None
+        raise FolderError(f"--out {out}: cannot use this folder ({err.strerror or type(err).__name__})") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
