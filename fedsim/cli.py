@@ -67,8 +67,7 @@ def _raw(args) -> dict:
 
 
 def _cmd_run(args) -> int:
-    from .run import default_out, run
-    from .run.folder import variant_folder
+    from .runner import default_out, run
     from .scenario import expand_variants, load_scenario
 
     sc = load_scenario(args.scenario, args.overrides)
@@ -83,6 +82,7 @@ def _cmd_run(args) -> int:
         distributed.init_from_env(resolve_device(sc.engine.device))
     main = distributed.is_main() and int(os.environ.get("RANK", "0")) == 0
     results = []
+    from .run.folder import variant_folder  # variant names as single path components (issue 12.4)
     try:
         for vname, vsc in variants:
             out = variant_folder(base, vname) if vname else base
