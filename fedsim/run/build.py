@@ -9,8 +9,8 @@ import torch
 from ..algorithms.server import server_init
 from ..algorithms.spec import resolve
 from ..clock import Clock
-from ..engine.async_engine import AsyncEngine
-from ..engine.sync_engine import SyncEngine
+from ..engine.async_run import AsyncEngine
+from ..engine.run import SyncEngine
 from ..engine.threads import default_threads, thread_budget
 from ..engine.train import auto_chunk
 from ..engine.workload import build_workload, resolve_device

@@ -29,7 +29,7 @@ from ..clock.plan import RoundPlan
 from ..records import ClientRecord, RoundRecord
 from . import distributed
 from .distributed import train_cohort_sharded
-from .sync_engine import SyncEngine, tau_stats, to_device
+from .run import SyncEngine, tau_stats, to_device
 from .train import Task, train_cohort
 
 Tensors = dict[str, torch.Tensor]
