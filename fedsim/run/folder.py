@@ -102,11 +102,12 @@ def locked(out: Path) -> Iterator[None]:
 
 
 def prepare_folder(sc: Scenario, out: Path, *, force: bool) -> None:
-    """Check ``out``, delete fedsim's files from an earlier run and write ``scenario.yaml``."""
+    """Check ``out``, delete fedsim's files (and their ``*.tmp``) from an earlier run and write
+    ``scenario.yaml``."""
     out = Path(out)
     check_folder(sc, out, force=force)
     out.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
+    for name in FILES + tuple(f + ".tmp" for f in FILES):
         (out / name).unlink(missing_ok=True)
     write_atomic(out / "scenario.yaml", dump_scenario(sc).encode())
 
