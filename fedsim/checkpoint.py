@@ -1,72 +1,75 @@
 """Checkpoints: everything needed to continue a run, written atomically.
 
-A checkpoint after round r holds the global model, the server state (optimizer moments, control
-variates, global direction, averaged v_hat), the next round index and the byte length of
-``rounds.csv`` / ``clients.csv`` at that moment. The clock needs no saved state: it is replayed
-from the scenario seed (its random streams are keyed by (seed, purpose, client, round), so no
-generator positions exist to save). Resuming truncates the tables to the recorded lengths, so
-rows written after the checkpoint are cut back and the continuation is byte-identical.
+A checkpoint after round r holds the engine's state (global model; server state: optimizer
+moments, control variates, global direction, averaged v_hat; async: live model versions), the
+next round index and the byte length of ``rounds.csv`` / ``clients.csv`` at that moment. The
+clock needs no saved state: it is replayed from the scenario seed (its random streams are keyed
+by (seed, purpose, client, round), so no generator positions exist to save). Resuming truncates
+the tables to the recorded lengths, so rows written after the checkpoint are cut back and the
+continuation is byte-identical.
 
-Files are written to ``NAME.tmp`` then renamed (``os.replace``); loading uses
-``torch.load(..., weights_only=True)``.
+Written with :func:`fedsim.run.files.write_atomic`; read with ``torch.load(...,
+weights_only=True)``, and a file that is not a fedsim checkpoint is refused with one line.
 """
 
 from __future__ import annotations
 
 import io
-import os
-from dataclasses import asdict
+import warnings
 from pathlib import Path
 
 import torch
 
-from .algorithms.server import ServerState
+from .run.files import FolderError, write_atomic
 
-__all__ = ["save_checkpoint", "load_checkpoint", "CHECKPOINT", "server_state_to_dict", "server_state_from_dict"]
+__all__ = ["CHECKPOINT", "TABLES", "save_checkpoint", "load_checkpoint"]
 
 CHECKPOINT = "checkpoint.pt"
+#: The tables whose byte lengths a checkpoint records.
+TABLES = ("rounds.csv", "clients.csv")
 
 
-def server_state_to_dict(st: ServerState) -> dict:
-    return asdict(st)
-
-
-def server_state_from_dict(d: dict) -> ServerState:
-    return ServerState(**d)
-
-
-def _fault(point: str) -> None:
-    """Fault injection for the crash tests: FEDSIM_FAULT=point:round kills the process there."""
-    spec = os.environ.get("FEDSIM_FAULT")
-    if spec and spec == point:
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-def save_checkpoint(out: Path, payload: dict) -> None:
-    """Atomically write ``payload`` (tensors, numbers, strings, dicts, lists) to the checkpoint."""
+def save_checkpoint(out: Path, next_round: int, table_sizes: dict[str, int], state: dict) -> None:
+    """Atomically write the checkpoint of a run folder: resume at ``next_round`` with the tables
+    cut to ``table_sizes`` and the engine state ``state`` (tensors, numbers, dicts, lists)."""
     buf = io.BytesIO()
-    torch.save(payload, buf)
-    data = buf.getvalue()
-    path = Path(out) / CHECKPOINT
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data[: len(data) // 2])
-        _fault(f"checkpoint:{payload.get('next_round')}")
-        f.write(data[len(data) // 2 :])
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dirfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
+    torch.save({"next_round": next_round, "table_sizes": dict(table_sizes), "sim": state}, buf)
+    write_atomic(Path(out) / CHECKPOINT, buf.getvalue())
 
 
 def load_checkpoint(out: Path) -> dict | None:
+    """The checkpoint of run folder ``out`` (None when there is none).
+
+    Raises :class:`FolderError` (one line) for a file that is empty, truncated, not a torch file,
+    holds anything but plain tensors and containers, or lacks a checkpoint's keys.
+    """
     path = Path(out) / CHECKPOINT
     if not path.exists():
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    if not path.is_file():
+        raise FolderError(f"--resume {out}: {CHECKPOINT} is not a file")
+    if path.stat().st_size == 0:
+        raise FolderError(f"--resume {out}: {CHECKPOINT} is empty; delete it to resume from the start")
+    try:
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols on stderr
+            warnings.simplefilter("ignore")
+            ck = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - torch's text would suggest unsafe loading; say what it is instead
+        raise FolderError(
+            f"--resume {out}: {CHECKPOINT} is damaged or was not written by fedsim; delete it to resume from the start"
+        ) from None
+    if not _well_formed(ck):
+        raise FolderError(f"--resume {out}: {CHECKPOINT} is not a fedsim checkpoint; delete it to resume from the start")
+    return ck
+
+
+def _well_formed(ck) -> bool:
+    if not isinstance(ck, dict) or set(ck) != {"next_round", "table_sizes", "sim"}:
+        return False
+    sizes = ck["table_sizes"]
+    return (
+        type(ck["next_round"]) is int and ck["next_round"] >= 1
+        and isinstance(sizes, dict) and set(sizes) == set(TABLES)
+        and all(type(v) is int and v >= 0 for v in sizes.values())
+        and isinstance(ck["sim"], dict) and isinstance(ck["sim"].get("params"), dict)
+    )

@@ -82,9 +82,10 @@ def _cmd_run(args) -> int:
         distributed.init_from_env(resolve_device(sc.engine.device))
     main = distributed.is_main() and int(os.environ.get("RANK", "0")) == 0
     results = []
+    from .run.folder import variant_folder  # variant names as single path components (issue 12.4)
     try:
         for vname, vsc in variants:
-            out = base / vname if vname else base
+            out = variant_folder(base, vname) if vname else base
             if args.schedule_only:
                 from .schedule import run_schedule
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-import fedsim.runner as runner
+import fedsim.run.execute as execute
 from fedsim.algorithms.asynchronous import Arrivals, NormState, async_apply, staleness_weight
 from fedsim.algorithms.server import RoundUpdate, aggregate
 from fedsim.cli import main
@@ -258,13 +258,13 @@ def test_resume_async_byte_identical(tmp_path, monkeypatch, algo):
     """Resume from every checkpoint (after updates 3, 6, 9) of a finished run: the checkpoint holds
     the model versions jobs in flight still need, the server moments and normalize_async's sums."""
     saved = []
-    original = runner.save_checkpoint
+    original = execute.save_checkpoint
 
-    def keep(out, payload):
-        original(out, payload)
-        saved.append((payload["next_round"], (out / "checkpoint.pt").read_bytes()))
+    def keep(out, next_round, table_sizes, state):
+        original(out, next_round, table_sizes, state)
+        saved.append((next_round, (out / "checkpoint.pt").read_bytes()))
 
-    monkeypatch.setattr(runner, "save_checkpoint", keep)
+    monkeypatch.setattr(execute, "save_checkpoint", keep)
     raw = _with(MARKOV, algorithm=algo, round={"buffer": 2} if algo["name"] == "fedbuff" else {})
     path, ref = _run(tmp_path, raw, "ref")
     assert [k for k, _ in saved] == [3, 6, 9]

@@ -63,7 +63,8 @@ def test_batched_test_metrics_equal_a_per_sample_loop(monkeypatch, eval_batch):
 
 def test_dropout_is_off_in_evaluation():
     # VGG-11 has dropout in its classifier: evaluation through the simulation must be deterministic
-    from fedsim.engine.run import build_simulation
+    from fedsim.records import RoundRecord
+    from fedsim.run.build import build_run
 
     sc = parse_scenario(
         {
@@ -75,14 +76,15 @@ def test_dropout_is_off_in_evaluation():
             "engine": {"threads": 1},
         }
     )
-    sim, _ = build_simulation(sc)
+    sim = build_run(sc).engine
+    blank = RoundRecord(round=0, sim_time=0.0, participants=0, tau_mean=None, tau_min=None, tau_max=None)
     sim.work.module.train()  # as after a training step
-    a = sim.evaluate({})
+    a = sim.evaluate(blank)
     sim.work.module.train()
-    b = sim.evaluate({})
-    assert a["test_loss"] == b["test_loss"] and a["test_acc"] == b["test_acc"]
+    b = sim.evaluate(blank)
+    assert a.test_loss == b.test_loss and a.test_acc == b.test_acc
     ref_loss, ref_acc = _loop_metrics(sim.work, sim.params)  # module left in eval mode
-    assert a["test_acc"] == ref_acc and a["test_loss"] == pytest.approx(ref_loss, rel=1e-5)
+    assert a.test_acc == ref_acc and a.test_loss == pytest.approx(ref_loss, rel=1e-5)
 
 
 def test_global_objective_is_the_weighted_mean_of_client_losses(monkeypatch):

@@ -1,11 +1,11 @@
 """Checkpoint and resume: a killed run, resumed, ends byte-identical to an uninterrupted one."""
 
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -25,12 +25,13 @@ BASE = {
     "checkpoint": {"every": 2},
 }
 FILES = ("rounds.csv", "clients.csv", "model.pt")
+FAULTS = Path(__file__).with_name("_faults.py")
 
 
-def _cli(path, out, *extra, env=None):
-    cmd = [sys.executable, "-m", "fedsim", "run", str(path), "--quiet", *extra]
-    cmd += ["--out", str(out)] if "--resume" not in extra else []
-    return subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True)
+def _killed(path, out, fault):
+    """``fedsim run`` into ``out``, SIGKILLed at ``fault`` (tests/_faults.py)."""
+    cmd = [sys.executable, str(FAULTS), fault, "run", str(path), "--quiet", "--out", str(out)]
+    return subprocess.run(cmd, capture_output=True, text=True)
 
 
 def _same(a, b):
@@ -69,11 +70,12 @@ def test_killed_then_resumed_identical(reference, tmp_path, fault):
     """SIGKILL after round 5's rows (before its checkpoint) or in the middle of a checkpoint write."""
     path, ref = reference["scaffold"]
     out = tmp_path / "run"
-    killed = _cli(path, out, env={"FEDSIM_FAULT": fault})
+    killed = _killed(path, out, fault)
     assert killed.returncode == -signal.SIGKILL
     assert not (out / "model.pt").exists()
     if fault.startswith("checkpoint"):
         assert (out / "checkpoint.pt.tmp").exists()  # died mid-write; the old checkpoint is intact
+    assert (out / "run.lock").exists()  # the killed run's lock file stays; the kernel released its lock
     # a plain rerun into the same folder is refused: it must be resumed
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 2
     assert main(["run", str(path), "--resume", str(out), "--quiet"]) == 0
@@ -128,7 +130,7 @@ def test_async_killed_then_resumed_identical(tmp_path, fault):
     ref = tmp_path / "ref"
     assert main(["run", str(path), "--out", str(ref), "--quiet"]) == 0
     out = tmp_path / "run"
-    killed = _cli(path, out, env={"FEDSIM_FAULT": fault})
+    killed = _killed(path, out, fault)
     assert killed.returncode == -signal.SIGKILL
     assert main(["run", str(path), "--resume", str(out), "--quiet"]) == 0
     _same(ref, out)

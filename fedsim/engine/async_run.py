@@ -1,4 +1,4 @@
-"""The asynchronous simulation step (``round.policy: async``): FedBuff and FedAsync on the clock.
+"""The asynchronous engine (``round.policy: async``): FedBuff and FedAsync on the clock.
 
 The clock (``fedsim.clock``) yields one :class:`RoundPlan` per server update: the K completed
 arrivals plus the failed / dropped jobs processed since the previous update. Each completed job is
@@ -21,24 +21,24 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-import numpy as np
 import torch
 
 from ..algorithms.asynchronous import Arrivals, NormState, async_apply
 from ..algorithms.server import ServerState
-from ..clock import RoundPlan
+from ..clock.plan import RoundPlan
+from ..records import ClientRecord, RoundRecord
 from . import distributed
 from .distributed import train_cohort_sharded
-from .run import Simulation, _to_device
+from .run import SyncEngine, tau_stats, to_device
 from .train import Task, train_cohort
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["AsyncSimulation"]
+__all__ = ["AsyncEngine"]
 
 
 @dataclass
-class AsyncSimulation(Simulation):
+class AsyncEngine(SyncEngine):
     """Explicit state of an asynchronous run between server updates (what a checkpoint holds).
 
     ``params`` is the current global model x^v with v = ``server.version``; ``versions`` maps every
@@ -53,9 +53,9 @@ class AsyncSimulation(Simulation):
         if not self.versions:
             self.versions = {self.server.version: self.params}
 
-    def step(self, plan: RoundPlan) -> tuple[dict, list[dict]]:
-        """Execute one server update; returns (round row, client rows)."""
-        sc, spec, work = self.sc, self.spec, self.work
+    def step(self, plan: RoundPlan) -> tuple[RoundRecord, list[ClientRecord]]:
+        """Execute one server update; returns its round record (not evaluated) and client records."""
+        spec, work = self.spec, self.work
         if plan.round != self.server.version:
             raise RuntimeError(f"async plan {plan.round} does not follow server version {self.server.version}")
         done = [j for j in plan.jobs if j.status == "completed" and j.steps > 0]
@@ -76,7 +76,7 @@ class AsyncSimulation(Simulation):
             # torchrun: every rank holds the same plan, so the groups (and collectives) match
             train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
             res = train(
-                work, spec, x_v, tasks, round_lr=spec.round_lr(v, sc.rounds), seed=sc.seed, chunk=self.chunk,
+                work, spec, x_v, tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
             )
             for row, i in enumerate(idx):
                 a_norm[i] = res.a_norm[row]
@@ -99,22 +99,20 @@ class AsyncSimulation(Simulation):
         for v in [v for v in self.versions if v < plan.min_live_version]:
             del self.versions[v]
         by_key = {j.key: i for i, j in enumerate(done)}
-        client_rows = []
+        clients = []
         for j in plan.jobs:
             i = by_key.get(j.key) if j.status == "completed" else None
-            client_rows.append(dict(
+            clients.append(ClientRecord(
                 round=plan.round, client=j.client, status=j.status, steps=j.steps,
                 a_norm=float(a_norm[i]) if i is not None else 0.0, start=float(j.start), end=float(j.end),
                 version=j.version, staleness=j.staleness, weight=float(coef[i]) if i is not None else 0.0,
+                download=j.download, upload=j.upload,
             ))
-        taus = [j.steps for j in done]
-        row = dict(
+        record = RoundRecord(
             round=plan.round, sim_time=float(plan.close), participants=n,
-            tau_mean=float(np.mean(taus)) if taus else None,
-            tau_min=min(taus) if taus else None, tau_max=max(taus) if taus else None,
-            lr=spec.round_lr(plan.round, sc.rounds), diverged=0,
+            **tau_stats([j.steps for j in done]), lr=spec.round_lr(plan.round, self.rounds), available=plan.available,
         )
-        return row, client_rows
+        return record, clients
 
     def state_dict(self) -> dict:
         """Current model, server state, the older live versions and normalize_async's sums."""
@@ -129,7 +127,7 @@ class AsyncSimulation(Simulation):
     def load_state(self, state: dict) -> None:
         dev = self.work.x_train.device
         self.params = {k: v.to(dev) for k, v in state["params"].items()}
-        self.server = ServerState(**_to_device(state["server"], dev))
+        self.server = ServerState(**to_device(state["server"], dev))
         self.versions = {int(v): {k: t.to(dev) for k, t in p.items()} for v, p in state["versions"].items()}
         self.versions[self.server.version] = self.params
         self.norm = NormState(*map(float, state["norm"]))

@@ -5,10 +5,10 @@ clock (the clock is a deterministic function of the seed, so no schedule is ever
 round, the clients that report are split over the ranks, longest job first by expected cost
 (LPT: a job's cost is its step count; the next longest job goes to the least loaded rank). Each
 rank trains its share with :func:`fedsim.engine.train.train_cohort` and the per-client results
-(deltas, v_hat, losses) are combined with one ``all_gather`` (gloo on CPU, NCCL on GPU), so every
-rank holds the whole cohort's results in task order and runs the identical server update.
+(deltas, v_hat, ||a_i||_1, losses) are combined with ``all_gather`` (gloo on CPU, NCCL on GPU), so
+every rank holds the whole cohort's results in task order and runs the identical server update.
 Evaluation batches are shared the same way (:mod:`fedsim.engine.evaluate`). Rank 0
-writes the run folder; the other ranks write nothing.
+writes the run folder; the other ranks write nothing (:mod:`fedsim.run`).
 
 Results match a single process: the same clients do the same steps from the same model with the
 same minibatches, and the server sees the same rows in the same order (float64 runs are
@@ -16,17 +16,17 @@ bit-identical in the tests; dropout masks are keyed by (seed, client, key, step)
 depend on the split either).
 
 Across nodes use torchrun's usual flags (``--nnodes``, ``--node_rank``, ``--rdzv-endpoint``); rank
-0's node holds the run folder. ``--resume`` reads the checkpoint on rank 0 and broadcasts it.
+0's node holds the run folder. ``--resume`` reads the checkpoint on rank 0 and broadcasts it
+(:func:`fedsim.run.ranks.agree`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from ..algorithms.local import a_norm
 from .train import CohortResult, Task, train_cohort
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
     "lpt_assign",
     "train_cohort_sharded",
     "broadcast_object",
-    "agree",
+    "all_reduce_sum",
 ]
 
 Tensors = dict[str, torch.Tensor]
@@ -115,33 +115,6 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
-def agree(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` on rank 0 only and hand its result -- or its failure -- to every rank.
-
-    Keeps the ranks in step when rank 0 does something that may fail (preparing the run folder,
-    reading a checkpoint): otherwise a failure on rank 0 would leave the others waiting in the
-    next collective. Rank 0 re-raises the original exception; the others raise a
-    ``ScenarioError`` (exit status 2) or ``RuntimeError`` with the same message.
-    """
-    rank, size = world()
-    if size == 1:
-        return fn()
-    from ..scenario import ScenarioError
-
-    if rank == 0:
-        try:
-            value = fn()
-        except BaseException as err:
-            broadcast_object(("err", isinstance(err, ScenarioError), str(err)))
-            raise
-        broadcast_object(("ok", value, None))
-        return value
-    kind, value, msg = broadcast_object(None)
-    if kind == "err":
-        raise (ScenarioError if value else RuntimeError)(msg)
-    return value
-
-
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """Element-wise sum of ``t`` over all ranks (a new tensor on ``t``'s device)."""
     dev = _collective_device()
@@ -170,20 +143,18 @@ def train_cohort_sharded(
 ) -> CohortResult:
     """:func:`train_cohort` over all ranks: same arguments, same result on every rank.
 
-    Each rank trains the tasks :func:`lpt_assign` gives it; one ``all_gather`` of the packed
-    per-client rows (deltas and v_hat in the parameter dtype, losses in float64) puts every
+    Each rank trains the tasks :func:`lpt_assign` gives it; an ``all_gather`` of the packed
+    per-client rows (deltas and v_hat in the parameter dtype) and one of their float64 scalars
+    (||a_i||_1 and mean loss, exactly as each rank's ``train_cohort`` computed them) put every
     client's result back in task order on every rank.
     """
     rank, size = world()
     if size == 1:
         return train_cohort(work, spec, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
     n = len(tasks)
-    steps = [t.steps for t in tasks]
-    lrs = [round_lr * spec.lr_decay**k for k in range(max(steps, default=0))]
-    lrs_ratio = [lr / round_lr for lr in lrs]  # exactly as train_cohort computes them
     if n == 0:
         return train_cohort(work, spec, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
-    groups = lpt_assign([float(s) for s in steps], size)
+    groups = lpt_assign([float(t.steps) for t in tasks], size)
     mine = groups[rank]
     local = train_cohort(work, spec, params, [tasks[j] for j in mine], round_lr=round_lr, seed=seed, chunk=chunk, **kw)
     names = list(params)
@@ -194,25 +165,26 @@ def train_cohort_sharded(
     width = sum(sizes) * (2 if with_vhat else 1)
     rows = max(len(g) for g in groups)
     packed = torch.zeros((rows, width), dtype=dtype, device=dev)
-    losses = torch.zeros(rows, dtype=torch.float64, device=dev)
+    scalars = torch.zeros((rows, 2), dtype=torch.float64, device=dev)  # a_norm, loss
     if mine:
         parts = [local.deltas[k].reshape(len(mine), -1) for k in names]
         if with_vhat:
             parts += [local.vhat[k].reshape(len(mine), -1) for k in names]
         packed[: len(mine)] = torch.cat(parts, dim=1)
-        losses[: len(mine)] = local.loss.to(dev)
+        scalars[: len(mine), 0] = local.a_norm.to(dev)
+        scalars[: len(mine), 1] = local.loss.to(dev)
     dist = _dist()
     all_packed = [torch.empty_like(packed) for _ in range(size)]
-    all_losses = [torch.empty_like(losses) for _ in range(size)]
+    all_scalars = [torch.empty_like(scalars) for _ in range(size)]
     dist.all_gather(all_packed, packed)
-    dist.all_gather(all_losses, losses)
+    dist.all_gather(all_scalars, scalars)
     # back to task order: row i of rank r's block is task groups[r][i]
     where = torch.empty(n, dtype=torch.long)
     for r, g in enumerate(groups):
         for i, j in enumerate(g):
             where[j] = r * rows + i
     flat = torch.cat(all_packed)[where.to(dev)]
-    loss = torch.cat(all_losses)[where.to(dev)].cpu()
+    per_client = torch.cat(all_scalars)[where.to(dev)].cpu()
     cols = flat.split(sizes * (2 if with_vhat else 1), dim=1)
     deltas = {k: c.reshape((n,) + params[k].shape) for k, c in zip(names, cols[: len(names)])}
     vhat = None
@@ -221,8 +193,8 @@ def train_cohort_sharded(
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
-        a_norm=a_norm(spec, steps, lrs_ratio, lr=round_lr),
-        steps=torch.tensor(steps, dtype=torch.float64),
-        loss=loss,
+        a_norm=per_client[:, 0].contiguous(),
+        steps=torch.tensor([t.steps for t in tasks], dtype=torch.float64),
+        loss=per_client[:, 1].contiguous(),
         vhat=vhat,
     )

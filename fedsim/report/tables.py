@@ -1,5 +1,7 @@
 """Run-folder tables: column lists, crash-safe row writers and ``load_run``.
 
+The columns are the fields of :class:`fedsim.records.RoundRecord` (``rounds.csv``; only
+quadratic runs have ``dist_to_opt``) and :class:`fedsim.records.ClientRecord` (``clients.csv``).
 Rows are formatted with Python's shortest float repr (so equal runs give byte-identical files),
 written whole and flushed as each round finishes: a killed run keeps every finished round.
 """
@@ -9,18 +11,17 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Iterable, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import pandas as pd
 
-__all__ = ["ROUND_COLUMNS", "CLIENT_COLUMNS", "TableWriter", "load_run", "Run", "fmt"]
+from ..records import ClientRecord, RoundRecord, columns
 
-ROUND_COLUMNS = [
-    "round", "sim_time", "participants", "tau_mean", "tau_min", "tau_max",
-    "train_loss", "test_loss", "test_acc", "lr", "diverged",
-]
-QUADRATIC_COLUMNS = ROUND_COLUMNS[:-1] + ["dist_to_opt", "diverged"]
-CLIENT_COLUMNS = ["round", "client", "status", "steps", "a_norm", "start", "end", "version", "staleness", "weight"]
+__all__ = ["ROUND_COLUMNS", "QUADRATIC_COLUMNS", "CLIENT_COLUMNS", "TableWriter", "load_run", "Run", "fmt"]
+
+ROUND_COLUMNS = columns(RoundRecord, omit=("dist_to_opt",))
+QUADRATIC_COLUMNS = columns(RoundRecord)
+CLIENT_COLUMNS = columns(ClientRecord)
 
 
 def fmt(v) -> str:
@@ -42,19 +43,22 @@ class TableWriter:
     A flushed row survives the process being killed (SIGKILL included); ``sync`` (called at
     every checkpoint and on close) also fsyncs, so what a checkpoint refers to survives a power
     loss too. Per-round fsyncs cost ~3% of a small run's wall time and are not needed for that.
+
+    Rows are records (each cell read with ``getattr``: a column the record lacks raises) or, for
+    tables without a record type (clock-only runs), mappings (a missing key is an empty cell).
     """
 
-    def __init__(self, path: Path, columns: list[str]):
+    def __init__(self, path: Path, columns: Sequence[str]):
         self.path = Path(path)
-        self.columns = columns
+        self.columns = list(columns)
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         self._f = open(self.path, "a", encoding="utf-8", newline="")
         if fresh:
             self._f.write(",".join(columns) + "\n")
             self.sync()
 
-    def write(self, rows: Iterable[dict]) -> None:
-        text = "".join(",".join(fmt(r.get(c)) for c in self.columns) + "\n" for r in rows)
+    def write(self, rows: Iterable[Any]) -> None:
+        text = "".join(",".join(fmt(_cell(r, c)) for c in self.columns) + "\n" for r in rows)
         if text:
             self._f.write(text)
             self._f.flush()
@@ -67,6 +71,10 @@ class TableWriter:
         if not self._f.closed:
             self.sync()
             self._f.close()
+
+
+def _cell(row: Any, col: str) -> Any:
+    return row.get(col) if isinstance(row, Mapping) else getattr(row, col)
 
 
 class Run(NamedTuple):

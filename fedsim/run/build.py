@@ -1,0 +1,51 @@
+"""Everything a run needs, built once from its Scenario: workload, algorithm, engine, clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..algorithms.server import server_init
+from ..algorithms.spec import resolve
+from ..clock import Clock
+from ..engine.async_run import AsyncEngine
+from ..engine.run import SyncEngine
+from ..engine.threads import default_threads, thread_budget
+from ..engine.train import auto_chunk
+from ..engine.workload import build_workload, resolve_device
+from ..scenario import Scenario
+from .clock import build_clock
+
+__all__ = ["Built", "build_run"]
+
+
+@dataclass(frozen=True)
+class Built:
+    """A scenario's engine (its state at round 0) and clock."""
+
+    engine: SyncEngine
+    clock: Clock
+
+
+def build_run(sc: Scenario) -> Built:
+    """Data, model, algorithm, server state, engine and clock for ``sc``; sets torch's threads.
+
+    Everything that can fail on a valid scenario (device, dataset, traces) fails here.
+    """
+    device = resolve_device(sc.engine.device)
+    dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
+    work = build_workload(sc, device, dtype)
+    spec = resolve(sc.algorithm)
+    chunk = (
+        auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
+        if sc.engine.clients_per_batch == "auto"
+        else sc.engine.clients_per_batch
+    )
+    torch.set_num_threads(sc.engine.threads or default_threads(work, chunk))
+    cls = AsyncEngine if sc.round.policy == "async" else SyncEngine  # FedBuff / FedAsync
+    engine = cls(
+        work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk,
+        rounds=sc.rounds, seed=sc.seed, train_loss=sc.eval.train_loss,
+    )
+    return Built(engine, build_clock(sc, work.client_sizes, work.weights))

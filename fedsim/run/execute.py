@@ -1,0 +1,88 @@
+"""``run(scenario, out)``: one scenario into one run folder (the public contract of DESIGN.md).
+
+Order: check the folder (read only) -> build workload, engine and clock -> lock the folder and
+prepare it (or cut it back to its checkpoint for ``--resume``) -> the round loop
+(:func:`fedsim.run.loop.run_rounds`) writing rows and checkpoints -> ``model.pt``. Under torchrun
+every rank builds and runs the same; only rank 0 touches the folder.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, closing
+from pathlib import Path
+
+from ..checkpoint import save_checkpoint
+from ..engine import distributed
+from ..records import RunSummary
+from ..scenario import Scenario
+from .build import build_run
+from .display import progress_printer
+from .files import write_atomic
+from .folder import (
+    Tables, check_folder, check_unlocked, default_out, info_text, locked, open_for_resume, prepare_folder,
+    save_model, write_partition,
+)
+from .loop import run_rounds
+from .ranks import agree
+
+__all__ = ["run"]
+
+
+def run(
+    sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True, resume: bool = False
+) -> RunSummary:
+    """Run ``sc`` into ``out`` (default ``runs/<name>``); returns the final summary.
+
+    With ``resume`` the run continues from the folder's last checkpoint (or from the start when
+    there is none); rows written after that checkpoint are cut back first. A folder that is not
+    this run's to write is refused (:class:`~fedsim.run.files.FolderError`, exit 2) before
+    anything is built, and one another run holds before anything is written.
+    """
+    out = Path(out) if out is not None else default_out(sc)
+    main = distributed.is_main()  # under torchrun only rank 0 touches the run folder
+
+    def check() -> None:
+        check_folder(sc, out, force=force, resume=resume)
+        check_unlocked(out)
+
+    agree(check)
+    built = build_run(sc)
+    engine = built.engine
+    with ExitStack() as stack:
+
+        def open_folder() -> dict | None:
+            stack.enter_context(locked(out))
+            if resume:
+                return open_for_resume(sc, out, engine.params, quadratic=engine.work.is_quadratic)
+            return prepare_folder(sc, out, force=force)
+
+        ck = agree(open_folder)
+        start = 0
+        if ck is not None:
+            engine.load_state(ck["sim"])
+            start = ck["next_round"]
+        sinks = []
+        if main:
+            if engine.work.class_counts is not None:
+                write_partition(out / "partition.csv", engine.work.class_counts)
+            write_atomic(out / "info.yaml", info_text(sc, engine).encode())
+            tables = stack.enter_context(closing(Tables(out, quadratic=engine.work.is_quadratic)))
+            sinks.append(tables.write)
+            show = progress_printer(sc.name, sc.rounds) if progress else None
+            if show is not None:
+                sinks.append(lambda record, clients: show(record))
+        every = sc.checkpoint.every
+
+        def checkpoint(next_round: int) -> None:
+            if main and every and next_round % every == 0 and next_round < sc.rounds:
+                save_checkpoint(out, next_round, tables.synced_sizes(), engine.state_dict())
+
+        last = run_rounds(
+            engine, built.clock.plans(), start=start, rounds=sc.rounds, eval_every=sc.eval.every,
+            sinks=sinks, checkpoint=checkpoint,
+        )
+        if main:
+            tables.close()
+            save_model(out / "model.pt", engine.params, engine.work.is_quadratic)
+    return RunSummary.of(last, data=engine.work.name)
+
