@@ -9,7 +9,7 @@ from fedsim.data.dataset import Dataset, from_arrays
 from fedsim.data.digits import digits, digits_arrays
 from fedsim.data.errors import DataCorrupted, DataNotFound
 from fedsim.data.partition import PARTITIONS, PartitionSpec, class_counts, partition
-from fedsim.data.synthetic import synthetic, synthetic_clients
+from fedsim.data.synthetic import SyntheticPopulation, synthetic, synthetic_clients
 from fedsim.data.vision import VISION, channel_stats, load_vision, vision_standin
 
 DATASETS = ("synthetic", "digits", *VISION)
@@ -25,6 +25,7 @@ __all__ = [
     "DataNotFound",
     "Dataset",
     "PartitionSpec",
+    "SyntheticPopulation",
     "build_dataset",
     "class_counts",
     "digits",

@@ -76,7 +76,7 @@ class AsyncSimulation(Simulation):
             # torchrun: every rank holds the same plan, so the groups (and collectives) match
             train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
             res = train(
-                work, spec, x_v, tasks, round_lr=spec.round_lr(v, sc.rounds), seed=sc.seed, chunk=self.chunk,
+                work.for_clients([t.client for t in tasks]), spec, x_v, tasks, round_lr=spec.round_lr(v, sc.rounds), seed=sc.seed, chunk=self.chunk,
             )
             for row, i in enumerate(idx):
                 a_norm[i] = res.a_norm[row]
