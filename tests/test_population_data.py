@@ -158,3 +158,13 @@ def test_training_does_not_depend_on_what_is_held(tmp_path, write_yaml):
     a, b = (torch.load(o / "model.pt") for o in outs)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert (outs[0] / "clients.csv").read_text() == (outs[1] / "clients.csv").read_text()
+
+
+def test_eval_info():
+    from fedsim.engine.workload import eval_info
+
+    full = build_workload(_sc(), torch.device("cpu"), torch.float32)
+    part = build_workload(_sc(eval_clients=3), torch.device("cpu"), torch.float32)
+    total = int(SyntheticPopulation(0.5, 0.5, 10, seed=3).client_sizes.sum())
+    assert eval_info(full) == {"eval_clients": 10, "train_samples": total}
+    assert eval_info(part) == {"eval_clients": 3, "train_samples": total}

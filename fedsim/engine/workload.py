@@ -29,7 +29,8 @@ from ..rng import seed_int, stream
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["Workload", "build_workload", "resolve_device", "dataset_for", "client_sizes", "eval_sample", "EVAL_CLIENTS"]
+__all__ = ["Workload", "build_workload", "resolve_device", "dataset_for", "client_sizes", "eval_sample", "eval_info",
+           "EVAL_CLIENTS"]
 
 #: ``eval.clients`` default: every client when the population has at most this many, else a fixed
 #: uniform sample of this many clients.
@@ -132,6 +133,13 @@ class Workload:
         if not xs:
             return replace(self, x_train=self.x_train[:0], y_train=self.y_train[:0], client_indices={}, sizes=self.client_sizes)
         return replace(self, x_train=torch.cat(xs), y_train=torch.cat(ys), client_indices=idx, sizes=self.client_sizes)
+
+
+def eval_info(work: Workload) -> dict[str, int]:
+    """``info.yaml`` entries: ``eval_clients`` (clients in the training objective) and
+    ``train_samples`` (the population's training samples, held or not)."""
+    n = work.num_clients if work.eval_clients is None else len(work.eval_clients)
+    return {"eval_clients": int(n), "train_samples": int(work.client_sizes.sum())}
 
 
 def eval_sample(num_clients: int, clients: int | None, seed: int) -> np.ndarray | None:
