@@ -4,7 +4,7 @@ Format: '#' comment lines saying where the trace came from, then the header
 ``client,start,end,online,sample_seconds,down_kbps,up_kbps`` and one row per interval. Each
 client's rows are in time order, touch end to start from 0, and its last ``end`` is its period
 (the replay cycles with it). ``sample_seconds`` is the device's compute time per training
-sample, ``down_kbps`` / ``up_kbps`` its bandwidths in kbit/s (1 kbit = 1,000 bits); they are the
+sample, ``down_kbps`` / ``up_kbps`` its bandwidths in kbit/s (FedScale's unit); they are the
 device's values on every row, online or not.
 """
 
