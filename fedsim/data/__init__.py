@@ -1,6 +1,7 @@
 """Datasets for fedsim: generation, loading, and splitting across clients.
 
-``build_dataset`` is the one entry point the engine uses; it returns a frozen ``Dataset``.
+``build_dataset`` returns a frozen ``Dataset`` (arrays plus the clients' index arrays);
+``SyntheticPopulation`` generates Synthetic clients on demand (the engine's route for Synthetic).
 """
 
 from __future__ import annotations

@@ -78,6 +78,11 @@ class Workload:
             return self.sizes
         return np.array([len(ix) for ix in self.client_indices], dtype=np.int64)
 
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one example, e.g. ``(60,)`` or ``(3, 32, 32)``."""
+        return tuple(int(d) for d in self.x_train.shape[1:])
+
     def _held(self) -> list[tuple[int, np.ndarray]]:
         ci = self.client_indices
         return list(ci.items()) if isinstance(ci, Mapping) else list(enumerate(ci))
