@@ -80,9 +80,10 @@ def test_work_cost_of_a_built_workload():
     from fedsim.engine.workload import build_workload
     from fedsim.scenario import parse_scenario
 
-    sc = parse_scenario({"data": {"name": "synthetic", "clients": 3}, "model": {"name": "logreg"}, "round": {"window": 1.0},
-                         "algorithm": {"name": "scaffold", "batch_size": 5}})  # fmt: skip
+    sc = parse_scenario({"data": {"name": "synthetic", "clients": 3}, "model": {"name": "logreg"},
+                         "round": {"window": 1.0}, "algorithm": {"name": "scaffold", "batch_size": 5}})  # fmt: skip
     work = build_workload(sc, torch.device("cpu"), torch.float64)
     assert work.input_shape == (60,)
-    cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, resolve(sc.algorithm).uses_control_variates)
+    variates = resolve(sc.algorithm).uses_control_variates
+    cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, variates)
     assert cost == WorkCost(step_flops=4 * 5 * 60 * 10, model_bytes=610 * 8, upload_bytes=2 * 610 * 8)

@@ -168,3 +168,9 @@ def test_eval_info():
     total = int(SyntheticPopulation(0.5, 0.5, 10, seed=3).client_sizes.sum())
     assert eval_info(full) == {"eval_clients": 10, "train_samples": total}
     assert eval_info(part) == {"eval_clients": 3, "train_samples": total}
+
+
+def test_empty_cohort():
+    part = build_workload(_sc(eval_clients=3), torch.device("cpu"), torch.float32)
+    empty = part.for_clients([])
+    assert empty.x_train.shape == (0, 60) and empty.client_indices == {} and empty.num_clients == 10

@@ -135,9 +135,9 @@ class Workload:
                 n = int(self.client_sizes[c])
                 idx[c] = np.arange(start, start + n, dtype=np.int64)
                 start += n
-        if not xs:
-            return replace(self, x_train=self.x_train[:0], y_train=self.y_train[:0], client_indices={}, sizes=self.client_sizes)
-        return replace(self, x_train=torch.cat(xs), y_train=torch.cat(ys), client_indices=idx, sizes=self.client_sizes)
+        x = torch.cat(xs) if xs else self.x_train[:0]
+        y = torch.cat(ys) if ys else self.y_train[:0]
+        return replace(self, x_train=x, y_train=y, client_indices=idx, sizes=self.client_sizes)
 
 
 def eval_info(work: Workload) -> dict[str, int]:
