@@ -154,14 +154,14 @@ def test_population_exact_without_randomness(tmp_path):
     tail = "0.03,10000,5000"
     one = [f"0,0,36000,0,{tail}", f"0,36000,64800,1,{tail}", f"0,64800,122400,0,{tail}",
            f"0,122400,151200,1,{tail}", f"0,151200,172800,0,{tail}"]  # fmt: skip
-    assert population_rows(spec) == one + [r.replace("0,", "1,", 1) for r in one]
+    assert list(population_rows(spec)) == one + [r.replace("0,", "1,", 1) for r in one]
 
 
 def test_population_laws_and_format(tmp_path):
     spec = PopulationSpec(clients=20001, seed=3)
-    rows = population_rows(spec)
-    assert rows == population_rows(PopulationSpec(clients=20001, seed=3))  # seeded
-    assert rows != population_rows(PopulationSpec(clients=20001, seed=4))
+    rows = list(population_rows(spec))
+    assert rows == list(population_rows(PopulationSpec(clients=20001, seed=3)))  # seeded
+    assert rows != list(population_rows(PopulationSpec(clients=20001, seed=4)))
     a = np.array([[float(x) for x in r.split(",")] for r in rows])
     per = {}
     for c, s, e, on, *_ in a:

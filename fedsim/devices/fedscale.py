@@ -34,7 +34,7 @@ import os
 import pickle
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fedsim.scenario import ScenarioError
 
@@ -136,24 +136,24 @@ def _sessions(path: Path, cid: int, v: dict) -> tuple[list[tuple[float, float]],
     return out, finish
 
 
-def _rows(client: int, sessions: list[tuple[float, float]], finish: float, cap: tuple[float, float]) -> list[str]:
+def _rows(client: int, sessions: list[tuple[float, float]], finish: float, cap: tuple[float, float]) -> Iterator[str]:
     comp, comm = cap
     tail = f"{number(comp / 1000)},{number(comm)},{number(comm)}"
-    rows, t = [], 0.0
+    t = 0.0
     for a, b in sessions:
         if a > t:
-            rows.append(f"{client},{number(t)},{number(a)},0,{tail}")
-        rows.append(f"{client},{number(a)},{number(b)},1,{tail}")
+            yield f"{client},{number(t)},{number(a)},0,{tail}"
+        yield f"{client},{number(a)},{number(b)},1,{tail}"
         t = b
     if t < finish:
-        rows.append(f"{client},{number(t)},{number(finish)},0,{tail}")
-    return rows
+        yield f"{client},{number(t)},{number(finish)},0,{tail}"
 
 
 def import_fedscale(capacity: str | Path, behaviour: str | Path, out: str | Path) -> int:
     """Convert FedScale's capacity and behaviour pickles into a fedsim trace CSV at ``out``.
 
-    Every entry is checked before anything is written; the file appears whole or not at all.
+    Entries are checked as they are written to a temporary file in ``out``'s folder, which is
+    renamed to ``out`` only when all passed: the file appears whole or not at all.
 
     Returns:
         The number of devices written (the behaviour entries).
@@ -162,19 +162,21 @@ def import_fedscale(capacity: str | Path, behaviour: str | Path, out: str | Path
     if not Path(out.parent if str(out.parent) else ".").is_dir():
         raise FedScaleError(f"--out {out}: folder {out.parent} does not exist")
     caps = [_capacity(capacity, cid, v) for cid, v in _entries(capacity, read_pickle(capacity), "capacity")]
-    devices = [(cid, *_sessions(behaviour, cid, v)) for cid, v in _entries(behaviour, read_pickle(behaviour), "behaviour")]
-    rows: list[str] = []
-    for i, (_, sessions, finish) in enumerate(devices):
-        rows.extend(_rows(i, sessions, finish, caps[i % len(caps)]))
+    entries = _entries(behaviour, read_pickle(behaviour), "behaviour")
+
+    def rows() -> Iterator[str]:  # checked entry by entry while the temporary file is written
+        for i, (cid, v) in enumerate(entries):
+            yield from _rows(i, *_sessions(behaviour, cid, v), caps[i % len(caps)])
+
     comments = [
         "fedsim device trace imported from FedScale by `fedsim trace import-fedscale`",
         f"capacity: {capacity.name} ({len(caps)} entries, sha256 {_sha256(capacity)})",
-        f"behaviour: {behaviour.name} ({len(devices)} entries, sha256 {_sha256(behaviour)})",
-        f"client i = i-th behaviour client_id ascending ({devices[0][0]} .. {devices[-1][0]}), "
+        f"behaviour: {behaviour.name} ({len(entries)} entries, sha256 {_sha256(behaviour)})",
+        f"client i = i-th behaviour client_id ascending ({entries[0][0]} .. {entries[-1][0]}), "
         f"capacity entry i mod {len(caps)} ascending",
     ]
-    write_atomic(out, comments, rows)
-    return len(devices)
+    write_atomic(out, comments, rows())
+    return len(entries)
 
 
 def _sha256(path: Path) -> str:

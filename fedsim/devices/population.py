@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -98,31 +99,37 @@ def _merged(starts: list[float], ends: list[float]) -> list[tuple[float, float]]
     return out
 
 
-def population_rows(spec: PopulationSpec) -> list[str]:
-    """The trace rows (without header) of the population ``spec``."""
+def population_rows(spec: PopulationSpec) -> Iterator[str]:
+    """The trace rows (without header) of the population ``spec``, client after client."""
     n = spec.clients
-    sample_s = spec.sample_ms_median * np.exp(spec.sample_ms_sigma * stream(spec.seed, "population-compute").standard_normal(n)) / 1000.0
+    z = stream(spec.seed, "population-compute").standard_normal(n)
+    sample_s = spec.sample_ms_median * np.exp(spec.sample_ms_sigma * z) / 1000.0
     z = np.exp(spec.kbps_sigma * stream(spec.seed, "population-bandwidth").standard_normal(n))
     down, up = spec.down_kbps_median * z, spec.up_kbps_median * z
     start, end = _sessions(spec)
     period = spec.days * DAY
-    rows: list[str] = []
     for i in range(n):
         tail = f"{number(sample_s[i])},{number(down[i])},{number(up[i])}"
         t = 0.0
         for a, b in _merged(start[i].tolist(), end[i].tolist()):
             if a > t:
-                rows.append(f"{i},{number(t)},{number(a)},0,{tail}")
-            rows.append(f"{i},{number(a)},{number(b)},1,{tail}")
+                yield f"{i},{number(t)},{number(a)},0,{tail}"
+            yield f"{i},{number(a)},{number(b)},1,{tail}"
             t = b
         if t < period:
-            rows.append(f"{i},{number(t)},{number(period)},0,{tail}")
-    return rows
+            yield f"{i},{number(t)},{number(period)},0,{tail}"
 
 
 def write_population(spec: PopulationSpec, out: str | Path) -> int:
     """Write the population as a trace CSV at ``out`` (atomically); returns the rows written."""
-    rows = population_rows(spec)
+    count = 0
+
+    def rows() -> Iterator[str]:
+        nonlocal count
+        for r in population_rows(spec):
+            count += 1
+            yield r
+
     params = ", ".join(f"{k}={v}" for k, v in spec.__dict__.items())
-    write_atomic(Path(out), ["fedsim generated device population (`fedsim trace generate`)", params], rows)
-    return len(rows)
+    write_atomic(Path(out), ["fedsim generated device population (`fedsim trace generate`)", params], rows())
+    return count
