@@ -104,7 +104,8 @@ def _capacity(path: Path, cid: int, v: dict) -> tuple[float, float]:
     for key in ("computation", "communication"):
         if key not in v:
             raise FedScaleError(f"{path}: {cid}.{key}: missing")
-    return _positive(path, f"{cid}.computation", v["computation"]), _positive(path, f"{cid}.communication", v["communication"])
+    comp = _positive(path, f"{cid}.computation", v["computation"])
+    return comp, _positive(path, f"{cid}.communication", v["communication"])
 
 
 def _sessions(path: Path, cid: int, v: dict) -> tuple[list[tuple[float, float]], float]:

@@ -17,8 +17,8 @@ This module draws such a population from a seed, with these stated, adjustable l
   ended. Everything else is offline; the period (the replay's cycle) is ``days`` days.
 
 The defaults (30 ms per sample, 10 / 5 Mbit/s down / up, 8 h online from 22:00, i.e.
-``session_start_hours = 10``) are fedsim's choices of a plausible phone, not fitted numbers: set them from the population you
-mean to study. Draws come from named streams ``(seed, "population-...")`` (fedsim.rng).
+``session_start_hours = 10``) are fedsim's choices of a plausible phone, not fitted numbers: set
+them from the population you mean to study. Draws come from named streams ``(seed, "population-...")`` (fedsim.rng).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ def _sessions(spec: PopulationSpec) -> tuple[np.ndarray, np.ndarray]:
     period = days * DAY
     tz = stream(spec.seed, "population-phase").normal(0.0, spec.tz_hours * 3600.0, n)
     jitter = stream(spec.seed, "population-jitter").normal(0.0, spec.jitter_hours * 3600.0, (n, days))
-    length = spec.online_hours * 3600.0 * np.exp(spec.length_sigma * stream(spec.seed, "population-length").standard_normal((n, days)))
+    z = stream(spec.seed, "population-length").standard_normal((n, days))
+    length = spec.online_hours * 3600.0 * np.exp(spec.length_sigma * z)
     start = np.arange(days) * DAY + spec.session_start_hours * 3600.0 + tz[:, None] + jitter
     start = np.rint(np.clip(start, 0.0, period))
     end = np.rint(np.clip(start + length, 0.0, period))
