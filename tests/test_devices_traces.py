@@ -190,3 +190,13 @@ def test_generate_cli(tmp_path, capsys):
     assert main(["trace", "generate", "--clients", "4", "--sample-ms-median", "0", "--out", str(tmp_path / "x.csv")]) == 2
     assert capsys.readouterr().err == "--sample-ms-median: must be a finite number > 0, got 0.0\n"
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_out_folder_must_exist(tmp_path, capsys):
+    cap, beh = _files(tmp_path)
+    missing = tmp_path / "nope" / "t.csv"
+    assert main(["trace", "import-fedscale", str(cap), str(beh), "--out", str(missing)]) == 2
+    assert main(["trace", "generate", "--clients", "2", "--out", str(missing)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"--out {missing}: folder {missing.parent} does not exist", f"--out {missing}: folder does not exist"]
+    assert not missing.parent.exists()

@@ -87,3 +87,18 @@ def test_resume_cuts_back_to_the_checkpoint_and_ends_equal(tmp_path):
 def test_read_table_falls_back_to_csv(tmp_path):
     (tmp_path / "rounds.csv").write_text("round,sim_time\n0,1.5\n")
     assert read_table(tmp_path, "rounds").to_dict("list") == {"round": [0], "sim_time": [1.5]}
+
+
+def test_other_columns_take_their_first_values_type(tmp_path):
+    w = ParquetTableWriter(tmp_path / "t.parquet", ["round", "note", "count", "share", "empty"])
+    w.write([{"round": 0, "note": None, "count": None, "share": None},
+             {"round": 1, "note": "a", "count": 3, "share": 0.5}])  # fmt: skip
+    w.close()
+    df = read_table(tmp_path, "t")
+    assert df["note"].isna().tolist() == [True, False] and df["note"].iloc[1] == "a"
+    assert df["count"].isna().tolist() == [True, False] and df["count"].iloc[1] == 3  # int with a null: float
+    assert str(df["empty"].dtype) == "float64" and df["empty"].isna().all()
+    w2 = ParquetTableWriter(tmp_path / "t.parquet", ["round", "note", "count", "share", "empty"])  # reopened
+    w2.write([{"round": 2, "note": "b", "count": 4, "share": 1.0, "empty": 2.5}])
+    w2.close()
+    assert read_table(tmp_path, "t")["empty"].tolist()[2] == 2.5
