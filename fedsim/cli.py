@@ -42,6 +42,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_compare_parser(sub)
     add_plot_parser(sub)
+    from .devices.cli import add_trace_parser  # devices helper: `fedsim trace ...`
+
+    add_trace_parser(sub)
     return p
 
 
@@ -125,7 +128,13 @@ def _cmd_plot(args) -> int:
     return cmd_plot(args)
 
 
-COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "compare": _cmd_compare, "plot": _cmd_plot}
+def _cmd_trace(args) -> int:
+    from .devices.cli import cmd_trace
+
+    return cmd_trace(args)
+
+
+COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "compare": _cmd_compare, "plot": _cmd_plot, "trace": _cmd_trace}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -476,8 +476,16 @@ class AlgorithmConfig(_Frozen):
 
 
 class EvalConfig(_Frozen):
+    """Evaluation: every ``every`` rounds; the training objective over the evaluation sample.
+
+    ``clients``: size of a fixed uniform sample of clients (seeded by the data seed) whose training
+    data make the reported training objective (and, for Synthetic, whose test parts make the test
+    set). Default: every client when there are at most 1,000, else 1,000 of them.
+    """
+
     every: int = Field(1, ge=1)
     train_loss: bool = True
+    clients: int | None = Field(None, ge=1)
 
 
 class EngineConfig(_Frozen):

@@ -1,6 +1,7 @@
 """Datasets for fedsim: generation, loading, and splitting across clients.
 
-``build_dataset`` is the one entry point the engine uses; it returns a frozen ``Dataset``.
+``build_dataset`` returns a frozen ``Dataset`` (arrays plus the clients' index arrays);
+``SyntheticPopulation`` generates Synthetic clients on demand (the engine's route for Synthetic).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from fedsim.data.dataset import Dataset, from_arrays
 from fedsim.data.digits import digits, digits_arrays
 from fedsim.data.errors import DataCorrupted, DataNotFound
 from fedsim.data.partition import PARTITIONS, PartitionSpec, class_counts, partition
-from fedsim.data.synthetic import synthetic, synthetic_clients
+from fedsim.data.synthetic import SyntheticPopulation, synthetic, synthetic_clients
 from fedsim.data.vision import VISION, channel_stats, load_vision, vision_standin
 
 DATASETS = ("synthetic", "digits", *VISION)
@@ -25,6 +26,7 @@ __all__ = [
     "DataNotFound",
     "Dataset",
     "PartitionSpec",
+    "SyntheticPopulation",
     "build_dataset",
     "class_counts",
     "digits",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsim.data._seeding import rng_for
+from fedsim.rng import stream
 from fedsim.data.partition import PartitionSpec, partition
 
 
@@ -76,7 +76,7 @@ def subsample(n_keep: int | None, n_total: int, seed: int, purpose: str) -> np.n
         return np.arange(n_total, dtype=np.int64)
     if n_keep < 1:
         raise ValueError(f"{purpose}: must be >= 1, got {n_keep}")
-    return np.sort(rng_for(seed, purpose).choice(n_total, size=n_keep, replace=False)).astype(np.int64)
+    return np.sort(stream(seed, purpose).choice(n_total, size=n_keep, replace=False)).astype(np.int64)
 
 
 def from_arrays(

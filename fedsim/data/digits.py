@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedsim.data._seeding import rng_for
+from fedsim.rng import stream
 from fedsim.data.dataset import Dataset, from_arrays
 from fedsim.data.partition import PartitionSpec
 
@@ -25,7 +25,7 @@ def digits_arrays(seed: int, test_fraction: float = 0.2) -> tuple[np.ndarray, np
     bunch = load_digits()
     x = (np.asarray(bunch.data, dtype=np.float32) / 16.0).reshape(-1, 1, 8, 8)
     y = np.asarray(bunch.target, dtype=np.int64)
-    rng = rng_for(seed, "digits-split")
+    rng = stream(seed, "digits-split")
     test = []
     for c in np.unique(y):
         idx_c = rng.permutation(np.flatnonzero(y == c))

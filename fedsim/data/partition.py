@@ -1,7 +1,7 @@
 """Splitting a labelled training set across clients.
 
 Every function returns a tuple with one sorted ``int64`` index array per client; the arrays are
-disjoint. Randomness comes only from ``rng_for(seed, "partition")``.
+disjoint. Randomness comes only from ``fedsim.rng.stream(seed, "partition")``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedsim.data._seeding import rng_for
+from fedsim.rng import stream
 
 PARTITIONS = ("iid", "dirichlet", "dirichlet_equal", "shards", "powerlaw")
 MAX_DIRICHLET_TRIES = 1000
@@ -68,7 +68,7 @@ def partition(labels: np.ndarray, clients: int, spec: PartitionSpec, seed: int) 
         raise ValueError(f"clients must be >= 1, got {clients}")
     if clients > n:
         raise ValueError(f"cannot split {n} samples across {clients} clients")
-    rng = rng_for(seed, "partition")
+    rng = stream(seed, "partition")
     if spec.name == "iid":
         parts = _iid(n, clients, rng)
     elif spec.name == "dirichlet":

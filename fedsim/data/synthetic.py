@@ -1,20 +1,33 @@
 """FedProx Synthetic(alpha, beta) data (Li et al., "Federated Optimization in Heterogeneous
 Networks", MLSys 2020, Sec. 5.1), following the authors' generator
-(litian96/FedProx, data/synthetic_*/generate_synthetic.py and synthetic_iid/generate_iid.py)."""
+(litian96/FedProx, data/synthetic_*/generate_synthetic.py and synthetic_iid/generate_iid.py),
+generated per client on demand.
+
+Streams (fedsim.rng): the sample sizes of all clients (and Synthetic-IID's shared model) come
+from ``(seed, "synthetic")``, a cheap vector draw, so the sizes are known without generating any
+features; everything else of client k -- its model, feature mean, features and 90/10 split --
+comes from its own stream ``(seed, "synthetic-client", k)``. A client's data are therefore the
+same whichever other clients are generated, and a population of a million clients costs only
+the clients that are asked for.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Sequence
 
 import numpy as np
 
-from fedsim.data._seeding import rng_for
 from fedsim.data.dataset import Dataset
+from fedsim.rng import stream
+
+__all__ = ["SyntheticClient", "SyntheticPopulation", "feature_variances", "synthetic", "synthetic_clients"]
 
 
 @dataclass(frozen=True, eq=False)
 class SyntheticClient:
-    """One client's full sample (before the 90/10 split) and its own linear model.
+    """One client's full sample (before the 90/10 split), its split and its own linear model.
 
     Attributes:
         x: ``float64 (n_k, dim)`` features.
@@ -22,6 +35,8 @@ class SyntheticClient:
         w: ``(dim, classes)`` weights W_k.
         b: ``(classes,)`` bias b_k.
         mean_x: ``(dim,)`` feature mean v_k.
+        train: indices of the ``int(0.9 n_k)`` training rows (a seeded permutation's head).
+        test: indices of the remaining test rows.
     """
 
     x: np.ndarray
@@ -29,6 +44,8 @@ class SyntheticClient:
     w: np.ndarray
     b: np.ndarray
     mean_x: np.ndarray
+    train: np.ndarray
+    test: np.ndarray
 
 
 def feature_variances(dim: int) -> np.ndarray:
@@ -36,56 +53,116 @@ def feature_variances(dim: int) -> np.ndarray:
     return np.power(np.arange(1, dim + 1, dtype=np.float64), -1.2)
 
 
+@dataclass(frozen=True)
+class SyntheticPopulation:
+    """Synthetic(alpha, beta) for ``clients`` clients, each generated when asked for.
+
+    Non-IID: ``n_k = int(lognormal(4, 2)) + 50``; ``u_k ~ N(0, alpha^2)``; ``B_k ~ N(0, beta^2)``;
+    ``W_k, b_k ~ N(u_k, 1)`` entrywise; ``v_k ~ N(B_k, 1)`` entrywise;
+    ``x ~ N(v_k, diag((j+1)^-1.2))``; ``y = argmax(x W_k + b_k)``. IID (the authors'
+    Synthetic-IID): one shared ``W, b ~ N(0, 1)`` and ``v_k = 0``; alpha and beta are unused.
+    Per client the draw order follows the reference generator (u, B, v, W, b, then x); the
+    features are drawn as ``v_k + sqrt(Sigma) * N(0, I)`` (the law of its ``multivariate_normal``
+    call). Each client's sample is split 90/10 by a permutation from its stream:
+    ``int(0.9 n_k)`` training rows.
+    """
+
+    alpha: float
+    beta: float
+    clients: int = 30
+    dim: int = 60
+    classes: int = 10
+    seed: int = 0
+    iid: bool = False
+
+    def __post_init__(self) -> None:
+        if self.alpha < 0 or self.beta < 0:
+            raise ValueError(f"synthetic: alpha and beta must be >= 0, got {self.alpha}, {self.beta}")
+        if self.clients < 1 or self.dim < 1 or self.classes < 2:
+            raise ValueError("synthetic: need clients >= 1, dim >= 1, classes >= 2")
+
+    @property
+    def name(self) -> str:
+        return "synthetic-iid" if self.iid else "synthetic"
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (self.dim,)
+
+    @cached_property
+    def _shared(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+        rng = stream(self.seed, "synthetic")
+        n_k = rng.lognormal(4.0, 2.0, self.clients).astype(np.int64) + 50
+        if not self.iid:
+            return n_k, None, None
+        return n_k, rng.normal(0.0, 1.0, (self.dim, self.classes)), rng.normal(0.0, 1.0, self.classes)
+
+    @property
+    def sample_sizes(self) -> np.ndarray:
+        """``int64 (clients,)``: n_k, every client's whole sample (train + test)."""
+        return self._shared[0]
+
+    @property
+    def client_sizes(self) -> np.ndarray:
+        """``int64 (clients,)``: the training samples per client, ``int(0.9 n_k)`` (no features drawn)."""
+        return (0.9 * self.sample_sizes).astype(np.int64)
+
+    def client(self, k: int) -> SyntheticClient:
+        """Client ``k``'s sample, split and model, from its stream ``(seed, "synthetic-client", k)``."""
+        if not 0 <= k < self.clients:
+            raise IndexError(f"synthetic: client {k} out of range 0..{self.clients - 1}")
+        n_k, w_shared, b_shared = self._shared
+        rng = stream(self.seed, "synthetic-client", k)
+        if self.iid:
+            mean_x, w, b = np.zeros(self.dim), w_shared, b_shared
+        else:
+            u = rng.normal(0.0, self.alpha)
+            big_b = rng.normal(0.0, self.beta)
+            mean_x = rng.normal(big_b, 1.0, self.dim)
+            w = rng.normal(u, 1.0, (self.dim, self.classes))
+            b = rng.normal(u, 1.0, self.classes)
+        n = int(n_k[k])
+        x = mean_x + np.sqrt(feature_variances(self.dim)) * rng.standard_normal((n, self.dim))
+        y = np.argmax(x @ w + b, axis=1).astype(np.int64)
+        order = rng.permutation(n)
+        n_tr = int(0.9 * n)
+        return SyntheticClient(x=x, y=y, w=w, b=b, mean_x=mean_x, train=order[:n_tr], test=order[n_tr:])
+
+    def gather(self, clients: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(x_train, y_train, x_test, y_test)`` of ``clients``, in that order: float32 features,
+        client after client (the training rows of the i-th listed client form the i-th block)."""
+        xtr, ytr, xte, yte = [], [], [], []
+        for k in clients:
+            c = self.client(int(k))
+            xtr.append(c.x[c.train].astype(np.float32))
+            ytr.append(c.y[c.train])
+            xte.append(c.x[c.test].astype(np.float32))
+            yte.append(c.y[c.test])
+        empty_x = np.zeros((0, self.dim), dtype=np.float32)
+        empty_y = np.zeros(0, dtype=np.int64)
+        cat = lambda parts, empty: np.concatenate(parts) if parts else empty  # noqa: E731
+        return cat(xtr, empty_x), cat(ytr, empty_y), cat(xte, empty_x), cat(yte, empty_y)
+
+    def dataset(self, clients: Sequence[int] | None = None) -> Dataset:
+        """The listed clients (default: all) as a :class:`Dataset`; client j of the list owns the
+        j-th contiguous block of ``x_train``; the test set is their test parts in the same order."""
+        ks = range(self.clients) if clients is None else clients
+        x_tr, y_tr, x_te, y_te = self.gather(ks)
+        sizes = self.client_sizes[np.asarray(list(ks), dtype=np.int64)]
+        ends = np.cumsum(sizes)
+        idx = tuple(np.arange(e - s, e, dtype=np.int64) for s, e in zip(sizes, ends))
+        return Dataset(
+            name=self.name, x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te,
+            num_classes=self.classes, client_indices=idx,
+        )  # fmt: skip
+
+
 def synthetic_clients(
     alpha: float, beta: float, clients: int = 30, dim: int = 60, classes: int = 10, seed: int = 0, iid: bool = False
 ) -> list[SyntheticClient]:
-    """Draw every client's sample and model.
-
-    Non-IID (Synthetic(alpha, beta)): ``n_k = int(lognormal(4, 2)) + 50``; ``u_k ~ N(0, alpha^2)``;
-    ``B_k ~ N(0, beta^2)``; ``W_k, b_k ~ N(u_k, 1)`` entrywise; ``v_k ~ N(B_k, 1)`` entrywise;
-    ``x ~ N(v_k, diag((j+1)^-1.2))``; ``y = argmax(x W_k + b_k)``.
-    IID (the authors' Synthetic-IID): one shared ``W, b ~ N(0, 1)`` and ``v_k = 0``; alpha and
-    beta are unused. Draw order follows the reference generator; the features are drawn as
-    ``v_k + sqrt(Sigma) * N(0, I)`` (same law as its ``multivariate_normal`` call).
-
-    Args:
-        alpha: Spread of the clients' models (std of u_k).
-        beta: Spread of the clients' feature means (std of B_k).
-        clients: Number of clients.
-        dim: Feature dimension.
-        classes: Number of classes.
-        seed: Scenario seed.
-        iid: Generate Synthetic-IID instead.
-
-    Returns:
-        One ``SyntheticClient`` per client.
-    """
-    if alpha < 0 or beta < 0:
-        raise ValueError(f"synthetic: alpha and beta must be >= 0, got {alpha}, {beta}")
-    if clients < 1 or dim < 1 or classes < 2:
-        raise ValueError("synthetic: need clients >= 1, dim >= 1, classes >= 2")
-    rng = rng_for(seed, "synthetic")
-    n_k = rng.lognormal(4.0, 2.0, clients).astype(np.int64) + 50
-    sd = np.sqrt(feature_variances(dim))
-    if iid:
-        mean_x = np.zeros((clients, dim))
-        w_shared = rng.normal(0.0, 1.0, (dim, classes))
-        b_shared = rng.normal(0.0, 1.0, classes)
-    else:
-        u = rng.normal(0.0, alpha, clients)
-        big_b = rng.normal(0.0, beta, clients)
-        mean_x = np.stack([rng.normal(big_b[k], 1.0, dim) for k in range(clients)])
-    out = []
-    for k in range(clients):
-        if iid:
-            w, b = w_shared, b_shared
-        else:
-            w = rng.normal(u[k], 1.0, (dim, classes))
-            b = rng.normal(u[k], 1.0, classes)
-        x = mean_x[k] + sd * rng.standard_normal((int(n_k[k]), dim))
-        y = np.argmax(x @ w + b, axis=1).astype(np.int64)
-        out.append(SyntheticClient(x=x, y=y, w=w, b=b, mean_x=mean_x[k]))
-    return out
+    """Every client of :class:`SyntheticPopulation` ``(alpha, beta, clients, dim, classes, seed, iid)``."""
+    pop = SyntheticPopulation(alpha, beta, clients, dim, classes, seed, iid)
+    return [pop.client(k) for k in range(clients)]
 
 
 def synthetic(
@@ -97,35 +174,12 @@ def synthetic(
     seed: int = 0,
     iid: bool = False,
 ) -> Dataset:
-    """FedProx Synthetic(alpha, beta) as a Dataset (Li et al. 2020).
+    """FedProx Synthetic(alpha, beta) with every client generated, as a Dataset (Li et al. 2020).
 
-    Each client's sample is shuffled and split 90/10 (``int(0.9 n_k)`` train); the training set is
-    the concatenation of the clients' train parts (client k owns a contiguous block) and the test
-    set the concatenation of their test parts.
+    The training set is the concatenation of the clients' training rows (client k owns the k-th
+    contiguous block) and the test set the concatenation of their test rows.
 
     Returns:
         Dataset named ``synthetic`` (or ``synthetic-iid``), features ``(N, dim)``, no normalization.
     """
-    parts = synthetic_clients(alpha, beta, clients, dim, classes, seed, iid)
-    rng = rng_for(seed, "synthetic-split")
-    xtr, ytr, xte, yte, idx = [], [], [], [], []
-    start = 0
-    for c in parts:
-        order = rng.permutation(len(c.y))
-        n_tr = int(0.9 * len(c.y))
-        tr, te = order[:n_tr], order[n_tr:]
-        xtr.append(c.x[tr])
-        ytr.append(c.y[tr])
-        xte.append(c.x[te])
-        yte.append(c.y[te])
-        idx.append(np.arange(start, start + n_tr, dtype=np.int64))
-        start += n_tr
-    return Dataset(
-        name="synthetic-iid" if iid else "synthetic",
-        x_train=np.concatenate(xtr).astype(np.float32),
-        y_train=np.concatenate(ytr),
-        x_test=np.concatenate(xte).astype(np.float32),
-        y_test=np.concatenate(yte),
-        num_classes=classes,
-        client_indices=tuple(idx),
-    )
+    return SyntheticPopulation(alpha, beta, clients, dim, classes, seed, iid).dataset()

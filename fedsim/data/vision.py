@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsim.data._seeding import rng_for
+from fedsim.rng import stream
 from fedsim.data.errors import DataCorrupted, DataNotFound
 
 TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -231,7 +231,7 @@ def vision_standin(
         ``x_train, y_train, x_test, y_test`` (float32 ``(N, C, H, W)`` in [0, 1] / int64).
     """
     c, h, w = shape
-    rng = rng_for(seed, "standin")
+    rng = stream(seed, "standin")
     fy = np.arange(4)
     fx = np.arange(0, 6, 2)  # even cosines are symmetric about the image centre
     basis_y = np.cos(np.pi * np.outer(np.arange(h) + 0.5, fy) / h)  # (h, 4)
@@ -246,7 +246,7 @@ def vision_standin(
     nuisance = fields(8)
 
     def draw(n: int, purpose: str) -> tuple[np.ndarray, np.ndarray]:
-        r = rng_for(seed, purpose)
+        r = stream(seed, purpose)
         y = r.permutation(np.arange(n) % num_classes).astype(np.int64)
         mode = r.integers(0, STANDIN_MODES, n)
         shift = r.integers(-3, 4, (n, 2))

@@ -76,7 +76,7 @@ class AsyncEngine(SyncEngine):
             # torchrun: every rank holds the same plan, so the groups (and collectives) match
             train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
             res = train(
-                work, spec, x_v, tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
+                work.for_clients([t.client for t in tasks]), spec, x_v, tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
             )
             for row, i in enumerate(idx):
                 a_norm[i] = res.a_norm[row]

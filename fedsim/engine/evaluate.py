@@ -1,5 +1,9 @@
 """Batched evaluation: global training objective and test loss / accuracy.
 
+The training objective covers the workload's evaluation sample of clients (``eval.clients``;
+every client up to ``EVAL_CLIENTS``); the test set is the dataset's (Synthetic: the evaluation
+sample's test parts).
+
 Data are cut into batches of ``EVAL_BATCH`` samples; under torchrun the batches are shared over
 the ranks (batch b on rank b mod world), their partial sums exchanged with one ``all_reduce``
 and added up in batch order on every rank, so the result is bit-identical to one process.
@@ -39,17 +43,21 @@ def _batch_sums(n: int, width: int, device, fn: Callable[[int, int], torch.Tenso
 
 @torch.no_grad()
 def global_objective(work: Workload, params: Tensors) -> float:
-    """sum_i p_i F_i(x), F_i the client's mean loss over its training samples."""
+    """sum_i p_i F_i(x), F_i the client's mean loss over its training samples; over the evaluation
+    sample S (``work.eval_clients``) when it is not every client: sum_{i in S} p_i F_i / sum_{i in S} p_i."""
     if work.is_quadratic:
         per = 0.5 * ((params["x"].unsqueeze(0) - work.x_train) ** 2).sum(1)
         return float((torch.as_tensor(work.weights, dtype=per.dtype, device=per.device) * per).sum())
     w = work.sample_weights
+    rows = work.eval_rows
 
     def batch(s: int, e: int) -> torch.Tensor:
-        losses = F.cross_entropy(work.predict(params, work.x_train[s:e]), work.y_train[s:e], reduction="none")
-        return (losses.double() * w[s:e]).sum().reshape(1)
+        pick = slice(s, e) if rows is None else rows[s:e]
+        losses = F.cross_entropy(work.predict(params, work.x_train[pick]), work.y_train[pick], reduction="none")
+        return (losses.double() * w[pick]).sum().reshape(1)
 
-    return float(_batch_sums(work.x_train.shape[0], 1, w.device, batch)[0])
+    n = work.x_train.shape[0] if rows is None else len(rows)
+    return float(_batch_sums(n, 1, w.device, batch)[0])
 
 
 @torch.no_grad()

@@ -93,7 +93,7 @@ class SyncEngine:
             work.module.train()
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort  # torchrun: split over ranks
         res = train(
-            work, spec, self.params, tasks,
+            work.for_clients([t.client for t in tasks]), spec, self.params, tasks,
             round_lr=lr, seed=self.seed, chunk=self.chunk,
             correction=lambda i: client_correction(spec, self.server, i, self.params),
             direction=self.server.direction,

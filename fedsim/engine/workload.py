@@ -1,8 +1,14 @@
 """Workload: a scenario's data and model as tensors on the training device.
 
-The training set lives on the device once (``x_train``, ``y_train``); clients are index lists
-into it, so a chunk's minibatches are one gather. ``loss`` is the per-client objective on one
-minibatch as a pure function of the parameters (for ``torch.func``).
+The training data the run holds live on the device once (``x_train``, ``y_train``); clients are
+index arrays into them, so a chunk's minibatches are one gather. ``loss`` is the per-client
+objective on one minibatch as a pure function of the parameters (for ``torch.func``).
+
+Populations at the cost of the participants: a real dataset is held whole (its partition is index
+arrays). A generated dataset (Synthetic) holds only the evaluation sample's clients
+(``eval.clients``, :func:`eval_sample`); :meth:`Workload.for_clients` returns a workload holding a
+round's cohort, generating the clients it lacks (``fetch``), so a round costs its participants,
+not the population.
 
 Quadratic (FedNova Lemma 1): F_i(x) = 1/2 ||x - e_i||^2 with exact gradients; each client holds
 its one "sample" e_i, so every local step is a full-gradient step.
@@ -10,9 +16,9 @@ its one "sample" e_i, so every local step is a full-gradient step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -23,7 +29,12 @@ from ..rng import seed_int, stream
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["Workload", "build_workload", "resolve_device"]
+__all__ = ["Workload", "build_workload", "resolve_device", "dataset_for", "client_sizes", "eval_sample", "eval_info",
+           "EVAL_CLIENTS"]
+
+#: ``eval.clients`` default: every client when the population has at most this many, else a fixed
+#: uniform sample of this many clients.
+EVAL_CLIENTS = 1000
 
 
 @dataclass
@@ -33,7 +44,8 @@ class Workload:
     y_train: torch.Tensor
     x_test: torch.Tensor | None
     y_test: torch.Tensor | None
-    client_indices: list[np.ndarray]
+    # the held clients' rows of x_train: a list over all clients, or {client: rows} for a subset
+    client_indices: list[np.ndarray] | Mapping[int, np.ndarray]
     weights: np.ndarray  # p_i, sums to 1
     init_params: Tensors
     loss: Callable[[Tensors, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -41,7 +53,7 @@ class Workload:
     module: torch.nn.Module | None = None
     optimum: torch.Tensor | None = None  # quadratic: sum_i p_i e_i
     num_classes: int = 0
-    class_counts: np.ndarray | None = None  # (clients, classes) for partition.csv
+    class_counts: np.ndarray | None = None  # (clients, classes) for partition.csv; zero rows: not held
     augment: bool = False
     is_quadratic: bool = False
     # Optional closed-form batched gradient: (stacked params, xb (C,B,..), yb) -> (grads, loss (C,)).
@@ -49,22 +61,100 @@ class Workload:
     # Augmentation padding per channel: a black raw pixel after normalization (-mean / std), as
     # torchvision pads before Normalize. None: zeros.
     pad_fill: torch.Tensor | None = None
+    # n_i of every client when not every client is held (None: from client_indices)
+    sizes: np.ndarray | None = None
+    # generated data: the listed clients' training rows (float32 x, int64 y), client after client
+    fetch: Callable[[Sequence[int]], tuple[np.ndarray, np.ndarray]] | None = None
+    # clients of the evaluation sample (sorted), None: all clients
+    eval_clients: np.ndarray | None = None
 
     @property
     def num_clients(self) -> int:
-        return len(self.client_indices)
+        return len(self.client_indices) if self.sizes is None else len(self.sizes)
 
     @property
     def client_sizes(self) -> np.ndarray:
+        if self.sizes is not None:
+            return self.sizes
         return np.array([len(ix) for ix in self.client_indices], dtype=np.int64)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one example, e.g. ``(60,)`` or ``(3, 32, 32)``."""
+        return tuple(int(d) for d in self.x_train.shape[1:])
+
+    def _held(self) -> list[tuple[int, np.ndarray]]:
+        ci = self.client_indices
+        return list(ci.items()) if isinstance(ci, Mapping) else list(enumerate(ci))
+
+    @cached_property
+    def eval_rows(self) -> torch.Tensor | None:
+        """Rows of ``x_train`` in the training objective (None: all rows, in order)."""
+        if self.eval_clients is None or self.fetch is not None:  # generated: x_train holds the sample only
+            return None
+        rows = np.sort(np.concatenate([self.client_indices[int(c)] for c in self.eval_clients]))
+        return torch.as_tensor(rows, device=self.x_train.device)
 
     @cached_property
     def sample_weights(self) -> torch.Tensor:
-        """Per training sample p_i / n_i: the global objective is sum_s w_s loss_s (built once)."""
+        """Per training sample p_i / n_i (over the evaluation sample, divided by its total p when it
+        is not every client): the objective is sum_s w_s loss_s (built once)."""
         w = np.zeros(self.x_train.shape[0], dtype=np.float64)
-        for p, ix in zip(self.weights, self.client_indices):
-            w[ix] = p / len(ix)
+        held = self._held()
+        if self.eval_clients is not None:
+            keep = set(self.eval_clients.tolist())
+            held = [(c, ix) for c, ix in held if c in keep]
+        for c, ix in held:
+            w[ix] = self.weights[c] / len(ix)
+        if self.eval_clients is not None:
+            w /= sum(self.weights[c] for c, _ in held)
         return torch.as_tensor(w, device=self.x_train.device)
+
+    def for_clients(self, clients: Sequence[int]) -> "Workload":
+        """A workload holding the training data of ``clients`` (``self`` when nothing is generated
+        on demand). Generated clients not held are generated from their own streams, so the result
+        does not depend on which clients are held; the rows are the same values either way."""
+        if self.fetch is None:
+            return self
+        held = dict(self._held())
+        have = [c for c in clients if c in held]
+        missing = [c for c in clients if c not in held]
+        xs, ys, idx, start = [], [], {}, 0
+        if have:
+            rows = torch.as_tensor(np.concatenate([held[c] for c in have]), device=self.x_train.device)
+            xs.append(self.x_train[rows])
+            ys.append(self.y_train[rows])
+            for c in have:
+                idx[c] = np.arange(start, start + len(held[c]), dtype=np.int64)
+                start += len(held[c])
+        if missing:
+            x, y = self.fetch(missing)
+            xs.append(torch.as_tensor(x).to(device=self.x_train.device, dtype=self.x_train.dtype))
+            ys.append(torch.as_tensor(y, dtype=torch.long, device=self.x_train.device))
+            for c in missing:
+                n = int(self.client_sizes[c])
+                idx[c] = np.arange(start, start + n, dtype=np.int64)
+                start += n
+        x = torch.cat(xs) if xs else self.x_train[:0]
+        y = torch.cat(ys) if ys else self.y_train[:0]
+        return replace(self, x_train=x, y_train=y, client_indices=idx, sizes=self.client_sizes)
+
+
+def eval_info(work: Workload) -> dict[str, int]:
+    """``info.yaml`` entries: ``eval_clients`` (clients in the training objective) and
+    ``train_samples`` (the population's training samples, held or not)."""
+    n = work.num_clients if work.eval_clients is None else len(work.eval_clients)
+    return {"eval_clients": int(n), "train_samples": int(work.client_sizes.sum())}
+
+
+def eval_sample(num_clients: int, clients: int | None, seed: int) -> np.ndarray | None:
+    """The clients of the evaluation sample: ``None`` (all) when ``clients`` (default
+    ``EVAL_CLIENTS``) is at least ``num_clients``, else that many clients drawn uniformly without
+    replacement from the stream ``(seed, "eval-clients")``, sorted."""
+    k = EVAL_CLIENTS if clients is None else int(clients)
+    if k >= num_clients:
+        return None
+    return np.sort(stream(seed, "eval-clients").choice(num_clients, size=k, replace=False)).astype(np.int64)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -118,17 +208,28 @@ def _data_error_path(msg: str) -> str:
 
 
 def dataset_for(sc):
-    """The scenario's partitioned :class:`~fedsim.data.Dataset` (not quadratic); infeasible data
-    settings raise ScenarioError naming the key (exit 2)."""
-    from ..data import build_dataset
+    """The scenario's data (not quadratic): a partitioned :class:`~fedsim.data.Dataset`, or for
+    Synthetic a :class:`~fedsim.data.SyntheticPopulation` that generates clients when asked (its
+    ``client_sizes`` draw no features). Infeasible data settings raise ScenarioError naming the
+    key (exit 2)."""
+    from ..data import SyntheticPopulation, build_dataset
     from ..data.partition import PartitionSpec
     from ..scenario import ScenarioError
 
     d = sc.data
     try:
+        if d.name == "synthetic":
+            return SyntheticPopulation(d.alpha, d.beta, clients=d.num_clients, seed=sc.data_seed, iid=d.iid)
         return _build(build_dataset, sc, PartitionSpec(**d.partition.model_dump()))
     except ValueError as err:
         raise ScenarioError(f"{_data_error_path(str(err))}: {err}") from None
+
+
+def client_sizes(sc) -> np.ndarray:
+    """n_i of every client of scenario ``sc`` (quadratic: 1 each), without generating any features."""
+    if sc.data.name == "quadratic":
+        return np.ones(sc.data.num_clients, dtype=np.int64)
+    return np.asarray(dataset_for(sc).client_sizes, dtype=np.int64)
 
 
 def _build(build_dataset, sc, part):
@@ -157,8 +258,16 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
     from ..data import class_counts
     from ..models import build_model
 
+    from ..data import SyntheticPopulation
+
     d = sc.data
-    ds = dataset_for(sc)
+    source = dataset_for(sc)
+    all_sizes = np.asarray(source.client_sizes, dtype=np.int64)
+    m = len(all_sizes)
+    sample = eval_sample(m, sc.eval.clients, sc.data_seed)
+    subset = isinstance(source, SyntheticPopulation) and sample is not None
+    # generated data: only the evaluation sample is held; a real dataset is held whole
+    ds = source.dataset(sample.tolist() if subset else None) if isinstance(source, SyntheticPopulation) else source
     augment = ds.augment if d.augment is None else d.augment
     if augment and ds.x_train.ndim != 4:
         from ..scenario import ScenarioError
@@ -186,21 +295,30 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
     def loss(params: Tensors, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(predict(params, xb), yb)
 
-    sizes = ds.client_sizes.astype(np.float64)
+    held = [np.asarray(ix, dtype=np.int64) for ix in ds.client_indices]
+    counts = class_counts(ds.y_train, ds.client_indices, ds.num_classes)
+    if subset:
+        full = np.zeros((m, ds.num_classes), dtype=counts.dtype)
+        full[sample] = counts
+        counts = full
+    sizes = all_sizes.astype(np.float64)
     return Workload(
         name=ds.name,
         x_train=xtr,
         y_train=torch.as_tensor(ds.y_train, dtype=torch.long, device=device),
         x_test=xte,
         y_test=torch.as_tensor(ds.y_test, dtype=torch.long, device=device),
-        client_indices=[np.asarray(ix, dtype=np.int64) for ix in ds.client_indices],
+        client_indices=dict(zip(sample.tolist(), held)) if subset else held,
         weights=sizes / sizes.sum(),
         init_params=params,
         loss=loss,
         predict=predict,
         module=module,
         num_classes=ds.num_classes,
-        class_counts=class_counts(ds.y_train, ds.client_indices, ds.num_classes),
+        class_counts=counts,
         augment=bool(augment),
         pad_fill=pad_fill,
+        sizes=all_sizes if subset else None,
+        fetch=(lambda clients: source.gather(clients)[:2]) if subset else None,
+        eval_clients=sample,
     )

@@ -1,0 +1,1 @@
+"""Devices: what work costs (FLOPs, bytes), device traces (FedScale import, generated populations)."""

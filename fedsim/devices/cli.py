@@ -1,0 +1,54 @@
+"""``fedsim trace``: make device trace files (import FedScale's, generate a population)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from fedsim.scenario import ScenarioError
+
+__all__ = ["add_trace_parser", "cmd_trace"]
+
+
+def add_trace_parser(sub) -> None:
+    """Register ``fedsim trace import-fedscale`` and ``fedsim trace generate`` on ``sub``."""
+    t = sub.add_parser("trace", help="make device trace files (FedScale import, generated populations)")
+    tsub = t.add_subparsers(dest="trace_command", required=True, parser_class=type(t))
+    imp = tsub.add_parser("import-fedscale", help="convert FedScale's capacity and behaviour pickles")
+    imp.add_argument("capacity", help="FedScale client_device_capacity pickle")
+    imp.add_argument("behavior", help="FedScale client_behave_trace pickle")
+    imp.add_argument("--out", required=True, help="trace CSV to write")
+    gen = tsub.add_parser("generate", help="draw a FedScale-shaped population from a seed")
+    gen.add_argument("--out", required=True, help="trace CSV to write")
+    from .population import PopulationSpec
+
+    for f in fields(PopulationSpec):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "clients":
+            gen.add_argument(flag, type=int, required=True)
+        else:
+            gen.add_argument(flag, type=type(f.default), default=f.default, help=f"(default {f.default})")
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    """Run ``fedsim trace ...``; bad input is a ScenarioError (one line, exit 2)."""
+    if args.trace_command == "import-fedscale":
+        from .fedscale import import_fedscale
+
+        n = import_fedscale(args.capacity, args.behavior, args.out)
+        print(f"{args.out}: {n} devices from FedScale")
+        return 0
+    from pathlib import Path
+
+    from .population import PopulationSpec, write_population
+
+    if not Path(args.out).resolve().parent.is_dir():
+        raise ScenarioError(f"--out {args.out}: folder does not exist")
+    values = {f.name: getattr(args, f.name) for f in fields(PopulationSpec)}
+    try:
+        spec = PopulationSpec(**values)
+    except ValueError as err:
+        raise ScenarioError(str(err)) from None
+    rows = write_population(spec, args.out)
+    print(f"{args.out}: {spec.clients} devices, {rows} intervals")
+    return 0

@@ -1,0 +1,107 @@
+"""What one local step and one transfer cost, computed from the model itself.
+
+* ``step_flops``: floating-point operations of one local step (forward and backward of one
+  minibatch of ``batch_size`` examples), counted once per model by
+  ``torch.utils.flop_counter.FlopCounterMode`` on a copy of the module on the ``meta`` device (no
+  arithmetic is done, no random numbers are drawn). Its convention: a matrix product of an
+  ``(m, k)`` by a ``(k, n)`` matrix counts ``2 m k n`` FLOPs (a multiply and an add), convolutions
+  likewise; element-wise operations (activations, bias adds, the loss) count nothing.
+* ``model_bytes``: the bytes of one copy of the parameters (sum of numel x element size), what a
+  client downloads.
+* ``upload_bytes``: what a client uploads: the model-sized delta, plus one more model-sized set
+  of tensors for algorithms that send control variates (SCAFFOLD's c_i update, Karimireddy et al.
+  2020, Alg. 1 line 17; VRL-SGD's and FedNova-VR's variates), read from
+  :attr:`fedsim.algorithms.spec.AlgoSpec.uses_control_variates`.
+
+The quadratic problem has no model and so no cost: :func:`work_cost` refuses it (ValueError naming
+``model.name``), so compute- or network-based timing cannot be asked of it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import torch
+from torch import nn
+
+__all__ = ["WorkCost", "step_flops", "model_bytes", "upload_bytes", "work_cost", "cost_info"]
+
+
+@dataclass(frozen=True)
+class WorkCost:
+    """Cost of a scenario's work: FLOPs of one local step, bytes down, bytes up.
+
+    Attributes:
+        step_flops: FLOPs of one local step (forward + backward at the scenario's batch size).
+        model_bytes: Bytes of the parameters (one download).
+        upload_bytes: Bytes of one upload (delta, plus control variates where the algorithm sends them).
+    """
+
+    step_flops: int
+    model_bytes: int
+    upload_bytes: int
+
+
+def step_flops(
+    module: nn.Module,
+    input_shape: tuple[int, ...],
+    batch_size: int,
+    loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> int:
+    """FLOPs of one forward and backward pass of ``module`` on a ``(batch_size, *input_shape)`` batch.
+
+    Counted by ``FlopCounterMode`` on a meta-device copy in eval mode (dropout draws nothing; its
+    masks cost no FLOPs in the count either way), so ``module`` is left untouched. The backward
+    pass covers every parameter's gradient and the gradients of intermediate activations, not the
+    gradient of the input batch (it does not require one).
+
+    Args:
+        module: The model (not modified).
+        input_shape: Shape of one example, e.g. ``(60,)`` or ``(3, 32, 32)``.
+        batch_size: Examples per local step (``algorithm.batch_size``).
+        loss: ``loss(logits, labels)``; default cross-entropy with integer labels.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    loss = loss or nn.functional.cross_entropy
+    meta = copy.deepcopy(module).to("meta").eval()
+    x = torch.zeros((batch_size, *input_shape), device="meta")
+    with FlopCounterMode(display=False) as counter:
+        out = meta(x)
+        y = torch.zeros(out.shape[0], dtype=torch.long, device="meta")
+        loss(out, y).backward()
+    return int(counter.get_total_flops())
+
+
+def model_bytes(params: Mapping[str, torch.Tensor] | nn.Module) -> int:
+    """Sum over parameters of numel x element size (bytes of one copy of the model)."""
+    tensors = params.parameters() if isinstance(params, nn.Module) else params.values()
+    return int(sum(t.numel() * t.element_size() for t in tensors))
+
+
+def upload_bytes(model_size: int, uses_control_variates: bool) -> int:
+    """Bytes of one upload: the delta, plus a second model-sized set when control variates are sent."""
+    return int(model_size) * (2 if uses_control_variates else 1)
+
+
+def work_cost(
+    module: nn.Module | None, input_shape: tuple[int, ...], batch_size: int, uses_control_variates: bool
+) -> WorkCost:
+    """The :class:`WorkCost` of training ``module`` (``None``: the quadratic problem, refused)."""
+    if module is None:
+        raise ValueError("model.name: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
+    size = model_bytes(module)
+    return WorkCost(
+        step_flops=step_flops(module, input_shape, batch_size),
+        model_bytes=size,
+        upload_bytes=upload_bytes(size, uses_control_variates),
+    )
+
+
+def cost_info(cost: WorkCost) -> dict[str, int]:
+    """The cost as ``info.yaml`` entries: ``step_flops``, ``model_bytes``, ``upload_bytes``."""
+    return {"step_flops": cost.step_flops, "model_bytes": cost.model_bytes, "upload_bytes": cost.upload_bytes}

@@ -1,0 +1,176 @@
+"""Populations at the cost of the participants: Synthetic generated per client, the evaluation
+sample (``eval.clients``), cohorts fetched on demand, sizes without features."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedsim.cli import main
+from fedsim.data import SyntheticPopulation
+from fedsim.engine import evaluate
+from fedsim.engine.workload import EVAL_CLIENTS, build_workload, client_sizes, eval_sample
+from fedsim.rng import stream
+from fedsim.scenario import parse_scenario
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _sc(clients=10, eval_clients=None, **extra):
+    raw = {
+        "seed": 3,
+        "rounds": 3,
+        "data": {"name": "synthetic", "alpha": 0.5, "beta": 0.5, "clients": clients},
+        "model": {"name": "logreg"},
+        "system": {"speed": {"dist": "uniform", "low": 1, "high": 4}},
+        "round": {"policy": "window", "window": 3.0, "clients_per_round": 4},
+        "algorithm": {"name": "fednova", "lr": 0.05, "batch_size": 8},
+        "eval": {} if eval_clients is None else {"clients": eval_clients},
+        **extra,
+    }
+    return parse_scenario(raw)
+
+
+def test_sizes_are_the_reference_generators_first_draw_and_need_no_features(monkeypatch):
+    pop = SyntheticPopulation(1.0, 1.0, clients=50, seed=9)
+    n_k = stream(9, "synthetic").lognormal(4.0, 2.0, 50).astype(np.int64) + 50
+    np.testing.assert_array_equal(pop.sample_sizes, n_k)
+    np.testing.assert_array_equal(pop.client_sizes, (0.9 * n_k).astype(np.int64))
+
+    def boom(self, k):
+        raise AssertionError("features generated")
+
+    monkeypatch.setattr(SyntheticPopulation, "client", boom)
+    np.testing.assert_array_equal(client_sizes(_sc(clients=50)), SyntheticPopulation(0.5, 0.5, 50, seed=3).client_sizes)
+
+
+def test_schedule_only_generates_no_features(monkeypatch, tmp_path, write_yaml):
+    def boom(self, k):
+        raise AssertionError("features generated")
+
+    monkeypatch.setattr(SyntheticPopulation, "client", boom)
+    path = write_yaml({
+        "rounds": 2, "data": {"name": "synthetic", "clients": 100_000},
+        "round": {"policy": "window", "window": 2.0, "clients_per_round": 5},
+    })  # fmt: skip
+    assert main(["run", str(path), "--schedule-only", "--out", str(tmp_path / "s")]) == 0
+    assert (tmp_path / "s" / "clients.csv").read_text().count("\n") == 1 + 2 * 5
+
+
+def test_a_client_is_its_own_stream():
+    # client k is the same in any population that has it, and generated alone or with others
+    small, big = SyntheticPopulation(1.0, 2.0, clients=5, seed=4), SyntheticPopulation(1.0, 2.0, clients=40, seed=4)
+    for k in range(5):
+        a, b = small.client(k), big.client(k)
+        for f in ("x", "y", "w", "b", "mean_x", "train", "test"):
+            np.testing.assert_array_equal(getattr(a, f), getattr(b, f))
+    x, y, _, _ = big.gather([7, 2])
+    c7, c2 = big.client(7), big.client(2)
+    np.testing.assert_array_equal(x, np.concatenate([c7.x[c7.train], c2.x[c2.train]]).astype(np.float32))
+    np.testing.assert_array_equal(y, np.concatenate([c7.y[c7.train], c2.y[c2.train]]))
+    with pytest.raises(IndexError):
+        big.client(40)
+
+
+def test_eval_sample_rule():
+    assert eval_sample(EVAL_CLIENTS, None, 0) is None  # all clients up to EVAL_CLIENTS
+    s = eval_sample(EVAL_CLIENTS + 1, None, 0)
+    assert len(s) == EVAL_CLIENTS and len(set(s.tolist())) == EVAL_CLIENTS and list(s) == sorted(s)
+    assert eval_sample(10, 10, 0) is None and eval_sample(10, 50, 0) is None
+    expected = np.sort(stream(5, "eval-clients").choice(10, size=3, replace=False))
+    np.testing.assert_array_equal(eval_sample(10, 3, 5), expected)
+
+
+def test_sampled_workload_holds_only_the_sample_and_fetches_the_rest():
+    full = build_workload(_sc(), torch.device("cpu"), torch.float32)
+    part = build_workload(_sc(eval_clients=3), torch.device("cpu"), torch.float32)
+    sample = eval_sample(10, 3, 3).tolist()
+    assert sorted(part.client_indices) == sample and part.num_clients == 10
+    np.testing.assert_array_equal(part.client_sizes, full.client_sizes)
+    np.testing.assert_array_equal(part.weights, full.weights)
+    assert part.x_train.shape[0] == sum(len(full.client_indices[c]) for c in sample)
+    assert full.for_clients([1, 2]) is full  # everything held: nothing to fetch
+    others = [c for c in range(10) if c not in sample]
+    cohort = part.for_clients([others[0], sample[0], others[1]])
+    for c in (others[0], sample[0], others[1]):
+        assert torch.equal(cohort.x_train[cohort.client_indices[c]], full.x_train[full.client_indices[c]])
+        assert torch.equal(cohort.y_train[cohort.client_indices[c]], full.y_train[full.client_indices[c]])
+    # partition.csv counts: the held clients' rows, zero elsewhere
+    np.testing.assert_array_equal(part.class_counts[sample], full.class_counts[sample])
+    assert not part.class_counts[others].any()
+
+
+def test_sampled_objective_is_the_samples_weighted_mean(monkeypatch):
+    monkeypatch.setattr(evaluate, "EVAL_BATCH", 13)
+    full = build_workload(_sc(), torch.device("cpu"), torch.float64)
+    part = build_workload(_sc(eval_clients=4), torch.device("cpu"), torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    params = {k: v + 0.1 * torch.randn(v.shape, generator=gen, dtype=v.dtype) for k, v in full.init_params.items()}
+    sample = eval_sample(10, 4, 3).tolist()
+    with torch.no_grad():
+        f = {c: float(F.cross_entropy(full.predict(params, full.x_train[ix]), full.y_train[ix]))
+             for c, ix in enumerate(full.client_indices)}  # fmt: skip
+    p = full.weights
+    assert evaluate.global_objective(full, params) == pytest.approx(sum(p[c] * f[c] for c in range(10)), rel=1e-12)
+    ref = sum(p[c] * f[c] for c in sample) / sum(p[c] for c in sample)
+    assert evaluate.global_objective(part, params) == pytest.approx(ref, rel=1e-12)
+
+
+def test_real_dataset_sample_restricts_only_the_training_objective():
+    def work(eval_clients=None):
+        raw = {"seed": 1, "data": {"name": "digits", "clients": 6, "partition": {"name": "iid"}},
+               "model": {"name": "logreg"}, "round": {"policy": "wait", "local_steps": 1},
+               "eval": {} if eval_clients is None else {"clients": eval_clients}}  # fmt: skip
+        return build_workload(parse_scenario(raw), torch.device("cpu"), torch.float64)
+
+    full, part = work(), work(2)
+    assert part.for_clients([0, 5]) is part and torch.equal(part.x_train, full.x_train)  # held whole
+    params = {k: v + 0.01 for k, v in full.init_params.items()}
+    sample = eval_sample(6, 2, 1).tolist()
+    with torch.no_grad():
+        f = {c: float(F.cross_entropy(full.predict(params, full.x_train[full.client_indices[c]]),
+                                      full.y_train[full.client_indices[c]])) for c in sample}  # fmt: skip
+    p = full.weights
+    ref = sum(p[c] * f[c] for c in sample) / sum(p[c] for c in sample)
+    assert evaluate.global_objective(part, params) == pytest.approx(ref, rel=1e-12)
+    assert evaluate.test_metrics(part, params) == evaluate.test_metrics(full, params)
+
+
+def test_training_does_not_depend_on_what_is_held(tmp_path, write_yaml):
+    # the same run with every client held and with 2 held (the rest fetched per round): same
+    # schedule and the same final model, bit for bit; only the reported objective's sample differs
+    base = {
+        "seed": 3, "rounds": 3,
+        "data": {"name": "synthetic", "alpha": 0.5, "beta": 0.5, "clients": 10},
+        "model": {"name": "logreg"},
+        "system": {"speed": {"dist": "uniform", "low": 1, "high": 4}},
+        "round": {"policy": "window", "window": 3.0, "clients_per_round": 4},
+        "algorithm": {"name": "fednova", "lr": 0.05, "batch_size": 8},
+        "engine": {"threads": 1},
+    }  # fmt: skip
+    outs = []
+    for name, ev in (("all", {}), ("two", {"clients": 2})):
+        path = write_yaml({**base, "eval": ev}, f"{name}.yaml")
+        assert main(["run", str(path), "--out", str(tmp_path / name), "--quiet"]) == 0
+        outs.append(tmp_path / name)
+    a, b = (torch.load(o / "model.pt") for o in outs)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (outs[0] / "clients.csv").read_text() == (outs[1] / "clients.csv").read_text()
+
+
+def test_eval_info():
+    from fedsim.engine.workload import eval_info
+
+    full = build_workload(_sc(), torch.device("cpu"), torch.float32)
+    part = build_workload(_sc(eval_clients=3), torch.device("cpu"), torch.float32)
+    total = int(SyntheticPopulation(0.5, 0.5, 10, seed=3).client_sizes.sum())
+    assert eval_info(full) == {"eval_clients": 10, "train_samples": total}
+    assert eval_info(part) == {"eval_clients": 3, "train_samples": total}
+
+
+def test_empty_cohort():
+    part = build_workload(_sc(eval_clients=3), torch.device("cpu"), torch.float32)
+    empty = part.for_clients([])
+    assert empty.x_train.shape == (0, 60) and empty.client_indices == {} and empty.num_clients == 10
