@@ -16,7 +16,7 @@ import numpy as np
 from .clock import STATUSES, RoundTable
 from .report.tables import CLIENT_COLUMNS, fmt
 from .run.clock import build_clock
-from .runner import prepare_folder
+from .run.folder import locked, prepare_folder
 from .scenario import Scenario
 
 __all__ = ["run_schedule", "client_sizes_and_weights", "round_line", "client_lines"]
@@ -47,14 +47,36 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False) -> None:
     Files are flushed every round and synced at the end.
     """
     out = Path(out)
-    prepare_folder(sc, out, force=force)
     sizes, weights = client_sizes_and_weights(sc)
-    clock = build_clock(sc, sizes, weights)
+    clock = build_clock(sc, sizes, weights, cost=_work_cost(sc))  # everything that can fail, before the folder
+    with locked(out):
+        prepare_folder(sc, out, force=force)
+        _write_tables(clock, sc.rounds, out)
+
+
+def _work_cost(sc: Scenario):
+    """The model's cost (FLOPs per step, bytes per transfer) when the system model needs it:
+    ``system.compute``, ``system.network`` or a trace (device traces time steps and transfers)."""
+    s = sc.system
+    if sc.data.name == "quadratic" or (s.compute is None and s.network is None and s.trace is None):
+        return None
+    from .algorithms.spec import resolve
+    from .devices.cost import work_cost
+    from .engine.workload import dataset_for
+    from .models import build_model
+
+    ds = dataset_for(sc)
+    shape = tuple(ds.input_shape)
+    module = build_model(sc.model_name, shape, ds.num_classes, hidden=sc.model.hidden)
+    return work_cost(module, shape, sc.algorithm.batch_size, resolve(sc.algorithm).uses_control_variates)
+
+
+def _write_tables(clock, rounds: int, out: Path) -> None:
     with open(out / "rounds.csv", "w", encoding="utf-8", newline="") as fr, \
             open(out / "clients.csv", "w", encoding="utf-8", newline="") as fc:
         fr.write(",".join(SCHEDULE_ROUND_COLUMNS) + "\n")
         fc.write(",".join(CLIENT_COLUMNS) + "\n")
-        for table in islice(clock.tables(), sc.rounds):
+        for table in islice(clock.tables(), rounds):
             fr.write(round_line(table))
             fc.write(client_lines(table))
             fr.flush()
@@ -111,6 +133,8 @@ def client_lines(table: RoundTable) -> str:
         "version": _int_text(c["version"]),
         "staleness": _int_text(c["staleness"]),
         "weight": _float_text(c["weight"]),
+        "download": _float_text(c["download"]),
+        "upload": _float_text(c["upload"]),
     }
     blank = [""] * n
     return "\n".join(map(",".join, zip(*(cols.get(name, blank) for name in CLIENT_COLUMNS)))) + "\n"

@@ -73,7 +73,8 @@ def reference(sc, out):
         )])
         clients_w.write(
             dict(round=plan.round, client=j.client, status=j.status, steps=j.steps, start=j.start,
-                 end=j.end, version=j.version, staleness=j.staleness, weight=j.weight)
+                 end=j.end, version=j.version, staleness=j.staleness, weight=j.weight,
+                 download=j.download, upload=j.upload)
             for j in plan.jobs
         )
     rounds_w.close()
@@ -106,7 +107,7 @@ def test_cli_schedule_only(tmp_path, write_yaml):
                        "round": {**BASE["round"], "clients_per_round": 4}})
     out = tmp_path / "plan"
     assert main(["run", str(path), "--schedule-only", "--out", str(out)]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["clients.csv", "rounds.csv", "scenario.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == ["clients.csv", "rounds.csv", "run.lock", "scenario.yaml"]
     import pandas as pd
 
     rounds, clients = pd.read_csv(out / "rounds.csv"), pd.read_csv(out / "clients.csv")

@@ -89,6 +89,10 @@ class SyntheticPopulation:
     def input_shape(self) -> tuple[int, ...]:
         return (self.dim,)
 
+    @property
+    def num_classes(self) -> int:
+        return self.classes
+
     @cached_property
     def _shared(self) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
         rng = stream(self.seed, "synthetic")

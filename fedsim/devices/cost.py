@@ -20,28 +20,14 @@ The quadratic problem has no model and so no cost: :func:`work_cost` refuses it 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import torch
 from torch import nn
 
+from ..clock.model import WorkCost
+
 __all__ = ["WorkCost", "step_flops", "model_bytes", "upload_bytes", "work_cost", "cost_info"]
-
-
-@dataclass(frozen=True)
-class WorkCost:
-    """Cost of a scenario's work: FLOPs of one local step, bytes down, bytes up.
-
-    Attributes:
-        step_flops: FLOPs of one local step (forward + backward at the scenario's batch size).
-        model_bytes: Bytes of the parameters (one download).
-        upload_bytes: Bytes of one upload (delta, plus control variates where the algorithm sends them).
-    """
-
-    step_flops: int
-    model_bytes: int
-    upload_bytes: int
 
 
 def step_flops(

@@ -8,7 +8,8 @@ import torch
 
 from ..algorithms.server import server_init
 from ..algorithms.spec import resolve
-from ..clock import Clock
+from ..clock import Clock, WorkCost
+from ..devices.cost import work_cost
 from ..engine.async_run import AsyncEngine
 from ..engine.run import SyncEngine
 from ..engine.threads import default_threads, thread_budget
@@ -22,10 +23,12 @@ __all__ = ["Built", "build_run"]
 
 @dataclass(frozen=True)
 class Built:
-    """A scenario's engine (its state at round 0) and clock."""
+    """A scenario's engine (its state at round 0), clock, and the cost of its work (FLOPs of one
+    local step, bytes per transfer; None for the quadratic problem, which has no model)."""
 
     engine: SyncEngine
     clock: Clock
+    cost: WorkCost | None
 
 
 def build_run(sc: Scenario) -> Built:
@@ -48,4 +51,7 @@ def build_run(sc: Scenario) -> Built:
         work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk,
         rounds=sc.rounds, seed=sc.seed, train_loss=sc.eval.train_loss,
     )
-    return Built(engine, build_clock(sc, work.client_sizes, work.weights))
+    cost = None
+    if work.module is not None:
+        cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, spec.uses_control_variates)
+    return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost), cost)

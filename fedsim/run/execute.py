@@ -15,8 +15,8 @@ from ..checkpoint import save_checkpoint
 from ..engine import distributed
 from ..records import RunSummary
 from ..scenario import Scenario
+from ..progress import progress_bar
 from .build import build_run
-from .display import progress_printer
 from .files import write_atomic
 from .folder import (
     Tables, check_folder, check_unlocked, default_out, info_text, locked, open_for_resume, prepare_folder,
@@ -65,12 +65,13 @@ def run(
         if main:
             if engine.work.class_counts is not None:
                 write_partition(out / "partition.csv", engine.work.class_counts)
-            write_atomic(out / "info.yaml", info_text(sc, engine).encode())
+            write_atomic(out / "info.yaml", info_text(sc, engine, built.cost).encode())
             tables = stack.enter_context(closing(Tables(out, quadratic=engine.work.is_quadratic)))
             sinks.append(tables.write)
-            show = progress_printer(sc.name, sc.rounds) if progress else None
-            if show is not None:
-                sinks.append(lambda record, clients: show(record))
+            bar = progress_bar(sc.name, sc.rounds, initial=start) if progress else None
+            if bar is not None:
+                stack.callback(bar.close)
+                sinks.append(lambda record, clients: bar(record))
         every = sc.checkpoint.every
 
         def checkpoint(next_round: int) -> None:

@@ -212,9 +212,13 @@ def save_model(path: Path, params: dict, quadratic: bool) -> None:
     write_atomic(path, buf.getvalue())
 
 
-def info_text(sc: Scenario, engine) -> str:
-    """``info.yaml``: what actually ran (dataset, e.g. ``cifar10-standin``; model size; device)."""
+def info_text(sc: Scenario, engine, cost=None) -> str:
+    """``info.yaml``: what actually ran (dataset, e.g. ``cifar10-standin``; model size; device;
+    evaluation sample; ``step_flops``, ``model_bytes``, ``upload_bytes`` when there is a model)."""
     import yaml
+
+    from ..devices.cost import cost_info
+    from ..engine.workload import eval_info
 
     from .. import __version__
 
@@ -225,11 +229,12 @@ def info_text(sc: Scenario, engine) -> str:
         "model": sc.model_name,
         "parameters": int(sum(v.numel() for v in work.init_params.values())),
         "clients": work.num_clients,
-        "train_samples": int(work.x_train.shape[0]),
         "test_samples": 0 if work.x_test is None else int(work.x_test.shape[0]),
         "device": str(work.x_train.device),
         "dtype": str(work.x_train.dtype).replace("torch.", ""),
         "clients_per_batch": engine.chunk,
+        **eval_info(work),
+        **(cost_info(cost) if cost is not None else {}),
         "fedsim": __version__,
         "torch": str(torch.__version__),
     }
