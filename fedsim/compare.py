@@ -45,6 +45,7 @@ import yaml
 
 from .report.summary import SUMMARY_METRICS, aggregate_seeds, run_summary
 from .scenario import Scenario, ScenarioError, _deepcopy, apply_overrides, dump_scenario, parse_scenario, read_yaml
+from .validate import check_names, check_target, parse_seeds
 
 __all__ = [
     "Cell",
@@ -233,6 +234,7 @@ def plan_compare(
     ``variants`` picks some of the base scenario's variants (default: all of them).
     """
     raw = apply_overrides(base_raw, list(overrides))
+    check_names(raw)
     all_variants = raw.pop("variants", None)
     if all_variants is not None and not isinstance(all_variants, dict):
         raise ScenarioError("variants: must map names to dotted overrides")
@@ -653,23 +655,6 @@ def _list(text: str | None) -> list[str] | None:
     return items or None
 
 
-def _seeds(text: str | None) -> list[int] | None:
-    items = _list(text)
-    if items is None:
-        return None
-    seeds = []
-    for t in items:
-        try:
-            if "-" in t:
-                lo, hi = t.split("-", 1)
-                seeds.extend(range(int(lo), int(hi) + 1))
-            else:
-                seeds.append(int(t))
-        except ValueError:
-            raise ScenarioError(f"--seeds {text}: expected integers like 0,1,2 or 0-4") from None
-    return seeds
-
-
 def add_compare_parser(sub) -> None:
     """Register ``fedsim compare`` on the CLI's subparsers."""
     c = sub.add_parser(
@@ -700,11 +685,11 @@ def cmd_compare(args) -> int:
         out=args.out,
         algorithms=_list(args.algorithms),
         policies=_list(args.policies),
-        seeds=_seeds(args.seeds),
+        seeds=parse_seeds(args.seeds),
         grid=parse_grid(args.grid),
         overrides=args.overrides,
         variants=_list(args.variants),
-        target=args.target,
+        target=check_target(args.target),
         jobs=args.jobs,
         force=args.force,
         log=_main_log(args.quiet),
