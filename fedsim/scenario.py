@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ScenarioError
 from .limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH
-from .scenario_yaml import YamlInputError, load_yaml
+from .scenario_yaml import YamlInputError, load_yaml, read_regular_file
 from .validate import check_device_spec, check_limits, check_names, check_run_name
 
 __all__ = [
@@ -641,19 +641,12 @@ def read_yaml(path: str | Path) -> dict:
     Only a regular file of at most ``MAX_SCENARIO_BYTES`` is read (never a device or a FIFO).
     """
     p = Path(path)
-    if not p.exists():
-        raise ScenarioError(f"{p}: no such scenario file")
-    if not p.is_file():
-        raise ScenarioError(f"{p}: not a regular file")
     try:
-        with p.open("rb") as f:
-            data = f.read(MAX_SCENARIO_BYTES + 1)
+        raw = load_yaml(read_regular_file(p, MAX_SCENARIO_BYTES).decode("utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: no such scenario file") from None
     except OSError as err:
         raise ScenarioError(f"{p}: cannot read ({err.strerror or type(err).__name__})") from None
-    if len(data) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(f"{p}: larger than {MAX_SCENARIO_BYTES // 2**20} MiB")
-    try:
-        raw = load_yaml(data.decode("utf-8"))
     except YamlInputError as err:
         raise ScenarioError(f"{p}: {err}") from None
     except yaml.YAMLError as err:

@@ -15,7 +15,10 @@ out of memory, crash, or mean something other than what it says:
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,7 +27,7 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
 from .limits import MAX_YAML_DEPTH, MAX_YAML_NODES
 
-__all__ = ["YamlInputError", "load_yaml"]
+__all__ = ["YamlInputError", "load_yaml", "read_regular_file"]
 
 _BOOL = "tag:yaml.org,2002:bool"
 _MERGE = "tag:yaml.org,2002:merge"
@@ -97,3 +100,25 @@ def load_yaml(text: str) -> Any:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes.
+
+    The file is opened non-blocking and checked with ``fstat`` on the open descriptor, so a FIFO
+    never blocks, a device (``/dev/zero``) is never read, and a file swapped after a check cannot
+    slip through.
+
+    Raises:
+        YamlInputError: not a regular file, or larger than ``limit``.
+        OSError: it cannot be opened or read (``FileNotFoundError`` when missing).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise YamlInputError("not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise YamlInputError(f"larger than {limit:,} bytes")
+    return data

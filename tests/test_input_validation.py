@@ -440,6 +440,8 @@ def test_scenario_must_be_a_regular_file(tmp_path):
         read_yaml(fifo)  # would block forever if opened
     with pytest.raises(ScenarioError, match="^/dev/zero: not a regular file$"):
         read_yaml("/dev/zero")
+    with pytest.raises(ScenarioError, match="not a regular file"):
+        read_yaml(tmp_path)
     with pytest.raises(ScenarioError, match="no such scenario file"):
         read_yaml(tmp_path / "missing.yaml")
 
