@@ -8,7 +8,7 @@ YAML document that expands without bound.
 from __future__ import annotations
 
 __all__ = [
-    "MAX_SCENARIO_BYTES", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "MAX_NAME_LENGTH", "MAX_INT",
+    "MAX_SCENARIO_BYTES", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "MAX_INT_LITERAL", "MAX_NAME_LENGTH", "MAX_INT",
     "MAX_SEED", "MAX_ROUNDS", "MAX_CLIENTS", "MIN_SPEED", "MAX_SPEED", "MIN_SLOWDOWN", "MAX_SLOWDOWN",
     "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS",
 ]
@@ -19,6 +19,9 @@ MAX_SCENARIO_BYTES = 16 * 2**20
 MAX_YAML_DEPTH = 32
 #: Most YAML nodes a document may hold once every alias is expanded (alias bombs stop here).
 MAX_YAML_NODES = 1_000_000
+#: Longest integer literal in YAML (characters): longer ones are refused before conversion, which
+#: is quadratic for YAML 1.1's base-60 integers (``1:00:00:...``).
+MAX_INT_LITERAL = 100
 #: Longest ``name`` or variant name (characters).
 MAX_NAME_LENGTH = 100
 #: Largest integer anywhere in a scenario (int64).

@@ -10,7 +10,10 @@ out of memory, crash, or mean something other than what it says:
 - a mapping with the same key twice is refused, naming the key (merge keys ``<<`` may still be
   overridden, as YAML defines);
 - only ``true`` / ``false`` (any case style YAML 1.2 allows) are booleans: ``yes``, ``no``,
-  ``on``, ``off``, ``y``, ``n`` stay strings (YAML 1.1 read ``rounds: yes`` as 1).
+  ``on``, ``off``, ``y``, ``n`` stay strings (YAML 1.1 read ``rounds: yes`` as 1);
+- an integer literal longer than ``MAX_INT_LITERAL`` characters is refused before conversion
+  (Python refuses decimal ones over 4,300 digits with a ValueError, and YAML 1.1's base-60
+  integers ``1:00:00:...`` take quadratic time).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from .limits import MAX_YAML_DEPTH, MAX_YAML_NODES
+from .limits import MAX_INT_LITERAL, MAX_YAML_DEPTH, MAX_YAML_NODES
 
 __all__ = ["YamlInputError", "load_yaml", "read_regular_file"]
 
@@ -76,7 +79,13 @@ class _StrictLoader(yaml.SafeLoader):
                 seen.add((key.tag, key.value))
         return node
 
+    def construct_yaml_int(self, node):
+        if len(node.value) > MAX_INT_LITERAL:
+            raise _error(node.start_mark, f"integer longer than {MAX_INT_LITERAL} characters")
+        return super().construct_yaml_int(node)
 
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 _StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != _BOOL]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()

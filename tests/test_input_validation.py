@@ -112,6 +112,20 @@ def test_set_value_that_is_not_yaml_stays_a_string(tmp_path, capsys):
     assert code == 2 and err.startswith("name: '*x' is not a safe folder name")
 
 
+@pytest.mark.parametrize("literal", ["1" * 5000, "1" + ":00" * 50000, "0x" + "f" * 101])
+def test_long_integer_literals_are_refused_fast(tmp_path, capsys, literal):
+    t0 = time.perf_counter()
+    code, err = _validate(tmp_path, yaml.safe_dump(GOOD) + f"rounds: {literal}\n", capsys=capsys)
+    assert code == 2 and err.strip().endswith("line 15: integer longer than 100 characters")
+    assert time.perf_counter() - t0 < 5
+
+
+def test_integer_literal_bound_is_exact():
+    assert load_yaml("a: " + "1" * 100) == {"a": int("1" * 100)}
+    with pytest.raises(YamlInputError, match="line 1: integer longer than 100 characters"):
+        load_yaml("a: " + "1" * 101)
+
+
 # --------------------------------------------------------------------------- 9: deep nesting
 @pytest.mark.parametrize("text", ["a: " + "[" * 20000 + "]" * 20000, "a:\n" + "- " * 20000 + "x\n",
                                   "a: " + "{b: " * 20000 + "1" + "}" * 20000])
