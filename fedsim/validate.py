@@ -57,7 +57,7 @@ def check_names(raw: dict) -> None:
     variants = raw.get("variants")
     if isinstance(variants, dict):
         for v in variants:
-            check_name(v, f"variants.{v}")
+            check_name(v, f"variants.{v}" if isinstance(v, str) and v.isprintable() else f"variants.{v!r}")
 
 
 def check_run_name(name: str) -> str:
