@@ -22,50 +22,61 @@ __all__ = [
     "check_device_available", "parse_seeds", "check_target",
 ]
 
-#: A user-given name (``name``, a variant): one path component, portable on every file system.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-# The names fedsim composes from those (``base/variant``, ``base/cell/seedN``): components of
-# compare's cell alphabet, none of them "." or "..".
-_COMPONENT = re.compile(r"[A-Za-z0-9._=+-]+")
+#: One folder name: ASCII letters, digits, ``.``, ``_``, ``=``, ``+``, ``-``, starting with a letter
+#: or digit (so never ``.``, ``..``, a hidden folder or an option-like ``-x``).
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
 _DEVICE = re.compile(r"auto|cpu|mps|cuda(?::[0-9]{1,4})?")
+_SAFE_HINT = "use letters, digits, '.', '_', '=', '+', '-'; start with a letter or digit"
 
 
 def check_name(name: Any, path: str) -> str:
-    """``name`` if it is one safe path component, else ScenarioError naming ``path``.
+    """``name`` if it is one safe folder name, else ScenarioError naming ``path``.
 
-    Safe: 1 to ``MAX_NAME_LENGTH`` ASCII letters, digits, ``.``, ``_``, ``-``, starting with a
-    letter or digit (so never ``.``, ``..``, a hidden folder, an option-like ``-x``, a separator,
-    NUL or a control character).
+    Safe: 1 to ``MAX_NAME_LENGTH`` characters matching ``NAME_PATTERN``: no separator (``/``,
+    ``\\``), NUL, control or non-ASCII character, never ``.`` or ``..``.
     """
     if not isinstance(name, str):
         raise ScenarioError(f"{path}: must be a string")
-    if not name:
-        raise ScenarioError(f"{path}: must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ScenarioError(f"{path}: longer than {MAX_NAME_LENGTH} characters")
-    if not NAME_PATTERN.fullmatch(name):
-        raise ScenarioError(
-            f"{path}: {name!r} is not a safe folder name (use letters, digits, '.', '_', '-'; start with a letter or digit)"
-        )
+    problem = _name_problem(name)
+    if problem:
+        raise ScenarioError(f"{path}: {name!r} {problem}" if name else f"{path}: must not be empty")
     return name
 
 
+def check_run_name(name: str) -> str:
+    """``name`` if it is safe folder names joined by ``/`` (a relative path below ``runs/``), else
+    ValueError. fedsim names variant and compare runs ``base/variant`` and ``base/cell/seedN``,
+    and their stored ``scenario.yaml`` must load back."""
+    if not name:
+        raise ValueError("must not be empty")
+    for part in name.split("/"):
+        problem = _name_problem(part)
+        if problem:
+            raise ValueError(f"{name!r} {problem}" if part == name else f"{name!r}: part {part!r} {problem}")
+    return name
+
+
+def _name_problem(name: str) -> str | None:
+    if not name:
+        return "is empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is longer than {MAX_NAME_LENGTH} characters"
+    if not NAME_PATTERN.fullmatch(name):
+        return f"is not a safe folder name ({_SAFE_HINT})"
+    return None
+
+
 def check_names(raw: dict) -> None:
-    """Check the user-given names of a raw scenario mapping: ``name`` and every variant's name."""
-    if "name" in raw:
-        check_name(raw["name"], "name")
+    """Check the names of a raw scenario mapping: ``name`` and every variant's name."""
+    if "name" in raw and isinstance(raw["name"], str):
+        try:
+            check_run_name(raw["name"])
+        except ValueError as err:
+            raise ScenarioError(f"name: {err}") from None
     variants = raw.get("variants")
     if isinstance(variants, dict):
         for v in variants:
             check_name(v, f"variants.{v}" if isinstance(v, str) and v.isprintable() else f"variants.{v!r}")
-
-
-def check_run_name(name: str) -> str:
-    """A run's name as fedsim composes it: ``/``-separated safe components (no ``.``/``..``)."""
-    parts = name.split("/")
-    if any(not _COMPONENT.fullmatch(p) or p in (".", "..") or len(p) > 255 for p in parts):
-        raise ValueError(f"{name!r} is not a safe folder name (use letters, digits, '.', '_', '-')")
-    return name
 
 
 def check_device_spec(spec: str) -> str:

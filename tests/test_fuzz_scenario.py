@@ -195,8 +195,9 @@ def test_hostile_input_exits_0_or_2_within_bounds(case, tmp_path):
     (tmp_path / "s.yaml").write_text(_text(case), encoding="utf-8")
     code, err = _cli("validate", "s.yaml", cwd=tmp_path)
     _assert_0_or_2(code, err)
-    if case[0] == "name" and code == 0:  # accepted names are one safe path component
-        assert NAME_PATTERN.fullmatch(case[2]) and len(case[2]) <= MAX_NAME_LENGTH
+    if case[0] == "name" and code == 0:  # accepted: safe folder names (a variant's: exactly one)
+        parts = case[2].split("/") if case[1] == "name" else [case[2]]
+        assert all(NAME_PATTERN.fullmatch(p) and len(p) <= MAX_NAME_LENGTH for p in parts)
 
 
 @pytest.mark.parametrize("case", [("bomb", _bomb(9, 9)), ("nest", "x", _nest(20000, "flow_list")),

@@ -215,7 +215,7 @@ def test_compare_target_nan_exit_2(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- 4: names
 UNSAFE = ["../../x", "/abs", "a/b", "", "x" * 101, "a\0b", "a\nb", "a\tb", ".", "..", ".hidden", "-x",
-          "a\\b", "a b", "caf\u00e9", "\u00b2"]
+          "a\\b", "a b", "caf\u00e9", "\u00b2", "a:b", "a*b"]
 
 
 @pytest.mark.parametrize("name", UNSAFE)
@@ -225,12 +225,12 @@ def test_unsafe_names_refused(name):
     assert str(info.value).startswith("name: ") and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("name", ["quickstart", "a.b_c-1", "X" * 100, "0", "fednova_fig2_quadratic"])
+@pytest.mark.parametrize("name", ["quickstart", "a.b_c-1", "X" * 100, "0", "fednova_fig2_quadratic", "lr=0.1+x"])
 def test_safe_names_accepted(name):
     assert check_name(name, "name") == name
 
 
-@pytest.mark.parametrize("name", ["../../x", "/abs", "a/b", "x" * 101])
+@pytest.mark.parametrize("name", ["../../x", "/abs", "a/../../b", "x" * 101, "a\0b", "..", "a//b", "ok/-x"])
 def test_unsafe_scenario_name_exit_2_writes_nothing(tmp_path, capsys, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({**GOOD, "name": name, "rounds": 1}))
@@ -250,17 +250,27 @@ def test_unsafe_variant_names_refused(tmp_path, capsys, vname, shown):
     assert err.startswith(f"variants.{shown}: ") and err.count("\n") == 1
 
 
-def test_name_must_be_a_string(tmp_path):
+def test_names_must_be_strings(tmp_path):
     (tmp_path / "s.yaml").write_text(yaml.safe_dump({**GOOD, "name": 12}))
-    with pytest.raises(ScenarioError, match="^name: must be a string$"):
+    with pytest.raises(ScenarioError, match="^name: Input should be a valid string$"):
+        load_scenario(tmp_path / "s.yaml")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**GOOD, "variants": {12: {"rounds": 2}}}))
+    with pytest.raises(ScenarioError, match="^variants.12: must be a string$"):
         load_scenario(tmp_path / "s.yaml")
 
 
-def test_composed_run_names_are_checked_per_component():
-    # fedsim composes base/variant and base/cell/seedN; the model takes those but no traversal
-    assert parse_scenario({**GOOD, "name": "base/fedavg-window-algorithm.lr=0.1/seed0"}).name.count("/") == 2
-    for bad in ["a/../b", "/abs", "a//b", "..", "a\\b"]:
-        assert _error({**GOOD, "name": bad}).startswith("name: ")
+def test_names_with_slashes_are_relative_paths_of_safe_names(tmp_path):
+    # fedsim names its variant and compare runs base/variant and base/cell/seedN, and their stored
+    # scenario.yaml loads back; each part is a safe folder name, so no traversal or absolute path
+    name = "base/fedavg-window-algorithm.lr=0.1/seed0"
+    assert parse_scenario({**GOOD, "name": name}).name == name
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**GOOD, "name": name}))
+    assert load_scenario(tmp_path / "s.yaml").name == name
+    assert _error({**GOOD, "name": "a/../b"}) == "name: 'a/../b': part '..' is not a safe folder name " \
+        "(use letters, digits, '.', '_', '=', '+', '-'; start with a letter or digit)"
+    assert _error({**GOOD, "name": "/abs"}) == "name: '/abs': part '' is empty"
+    assert _error({**GOOD, "name": "a/" + "x" * 101}).endswith("is longer than 100 characters")
+    assert _error({**GOOD, "name": ""}) == "name: must not be empty"
 
 
 # --------------------------------------------------------------------------- 11, 12: bounds
