@@ -7,7 +7,6 @@ which the runner calls once it is about to use the device.
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
@@ -117,17 +116,23 @@ def parse_seeds(text: str | None) -> list[int] | None:
     ranges = []
     for t in items:
         lo, sep, hi = t.partition("-")
-        if not lo.strip().isascii() or not lo.strip().isdigit() or (sep and not (hi.strip().isascii() and hi.strip().isdigit())):
-            raise ScenarioError(f"--seeds {text}: expected seeds like 0,1,2 or 0-4")
-        a, b = int(lo), int(hi) if sep else int(lo)
+        a = _seed(lo, text)
+        b = _seed(hi, text) if sep else a
         if b < a:
             raise ScenarioError(f"--seeds {text}: range {t} is empty (write low-high with low <= high)")
-        if b > MAX_SEED:
-            raise ScenarioError(f"--seeds {text}: seeds must be <= {MAX_SEED}")
         ranges.append((a, b))
     if sum(b - a + 1 for a, b in ranges) > MAX_SEEDS:
         raise ScenarioError(f"--seeds {text}: more than {MAX_SEEDS:,} seeds")
     return [s for a, b in ranges for s in range(a, b + 1)]
+
+
+def _seed(token: str, text: str) -> int:
+    token = token.strip()
+    if not (token.isascii() and token.isdigit()):
+        raise ScenarioError(f"--seeds {text}: expected seeds like 0,1,2 or 0-4")
+    if len(token) > len(str(MAX_SEED)) or int(token) > MAX_SEED:
+        raise ScenarioError(f"--seeds {text}: seeds must be <= {MAX_SEED}")
+    return int(token)
 
 
 def check_target(target: float | None) -> float | None:

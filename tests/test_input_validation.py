@@ -364,7 +364,8 @@ def test_parse_seeds(text, seeds):
     ("5-1", "range 5-1 is empty"), ("-1", "expected seeds like"), ("a", "expected seeds like"),
     ("\u00b2", "expected seeds like"), ("1-2-3", "expected seeds like"), ("0-10000", "more than 10,000 seeds"),
     ("0-100000000", "more than 10,000 seeds"), ("0-5000,6000-11000", "more than 10,000 seeds"),
-    (f"{2**63}", "seeds must be <= 9223372036854775807"),
+    (f"{2**63}", "seeds must be <= 9223372036854775807"), ("1" * 5000, "seeds must be <= 9223372036854775807"),
+    (f"0-{'9' * 5000}", "seeds must be <= 9223372036854775807"),
 ])
 def test_bad_seeds_refused(text, problem):
     with pytest.raises(ScenarioError, match=f"^--seeds {text}: .*{problem}"):
