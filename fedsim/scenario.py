@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import ScenarioError
 from .limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH
 from .scenario_yaml import YamlInputError, load_yaml, read_regular_file
-from .validate import check_device_spec, check_limits, check_names, check_run_name
+from .validate import check_device_spec, check_limits, check_names, check_paths, check_run_name
 
 __all__ = [
     "ScenarioError",
@@ -568,6 +568,7 @@ def parse_scenario(raw: Any, base_dir: Path | None = None) -> Scenario:
     except _FieldError as err:  # pragma: no cover - pydantic wraps these
         raise ScenarioError(str(err)) from None
     check_limits(sc)
+    check_paths(sc)
     if base_dir is not None:
         sc = _resolve_paths(sc, base_dir)
     return sc

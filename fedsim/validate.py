@@ -17,7 +17,7 @@ from .limits import (
 )
 
 __all__ = [
-    "NAME_PATTERN", "check_name", "check_names", "check_run_name", "check_limits", "check_device_spec",
+    "NAME_PATTERN", "check_name", "check_names", "check_run_name", "check_limits", "check_paths", "check_device_spec",
     "check_device_available", "parse_seeds", "check_target",
 ]
 
@@ -140,6 +140,13 @@ def check_target(target: float | None) -> float | None:
     if target is not None and not 0 < target <= 1:  # NaN fails too
         raise ScenarioError(f"--target {target}: must be a test accuracy in (0, 1]")
     return target
+
+
+def check_paths(sc: Any) -> None:
+    """File paths in a scenario (``data.root``, ``system.trace``) can name a file: no NUL byte."""
+    for path, value in (("data.root", sc.data.root), ("system.trace", sc.system.trace)):
+        if value is not None and "\0" in value:
+            raise ScenarioError(f"{path}: must not contain a NUL character")
 
 
 # --------------------------------------------------------------------------- numeric bounds

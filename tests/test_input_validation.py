@@ -460,6 +460,12 @@ def test_markov_error_is_inside_the_markov_member():
 
 
 # --------------------------------------------------------------------------- files
+@pytest.mark.parametrize("key,path", [("data__root", "data.root"), ("system__trace", "system.trace")])
+def test_paths_with_nul_are_refused(tmp_path, capsys, key, path):
+    code, err = _validate(tmp_path, yaml.safe_dump(_with(**{key: "a\0b"})), capsys=capsys)
+    assert code == 2 and err.strip() == f"{path}: must not contain a NUL character"
+
+
 def test_scenario_must_be_a_regular_file(tmp_path):
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
