@@ -1,15 +1,18 @@
 """Scenario: the typed, frozen, validated description of one simulation.
 
-A scenario is read from YAML with ``yaml.safe_load``, overridden with dotted ``--set`` keys and
-validated once here (pydantic v2, ``extra="forbid"``, frozen). Core code only ever sees these
-models, never a dict. Errors become :class:`ScenarioError` with one line naming the field path.
+A scenario is read from YAML with :func:`fedsim.scenario_yaml.load_yaml` (``yaml.safe_load``
+with bounds), overridden with dotted ``--set`` keys and validated once here (pydantic v2,
+``extra="forbid"``, frozen; then names, numeric bounds and devices by :mod:`fedsim.validate`).
+Core code only ever sees these models, never a dict. Errors become :class:`ScenarioError` with one
+line naming the field path.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 import yaml
 from pydantic import (
@@ -19,6 +22,11 @@ from pydantic import (
 from .clock import model as clock_model
 from .clock.model import MAX_EPOCHS, MAX_SPEED, MAX_STEPS, MAX_TIME
 from .errors import ScenarioError
+
+from .errors import ScenarioError
+from .limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH
+from .scenario_yaml import YamlInputError, load_yaml, read_regular_file
+from .validate import check_device_spec, check_limits, check_names, check_paths, check_run_name
 
 __all__ = [
     "ScenarioError",
@@ -32,6 +40,37 @@ __all__ = [
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data):
+        # pydantic reads true / false as 1 / 0 in number fields: wrap them so the field refuses them
+        if isinstance(data, dict):
+            fields = cls.model_fields
+            return {k: _Boolean(v) if k in fields and _refuses_bool(v, fields[k].annotation) else v for k, v in data.items()}
+        return data
+
+
+class _Boolean:
+    """A true / false given to a field that takes none (no type accepts it; see ``_format_error``)."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return json.dumps(self.value)
+
+
+def _refuses_bool(value: Any, annotation: Any) -> bool:
+    return _has_bool(value) and not _admits_bool(annotation)
+
+
+def _has_bool(value: Any) -> bool:
+    return isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(_has_bool(x) for x in value))
+
+
+def _admits_bool(annotation: Any) -> bool:
+    return annotation is bool or annotation is Any or any(_admits_bool(a) for a in get_args(annotation))
 
 
 # --------------------------------------------------------------------------- distributions
@@ -494,6 +533,11 @@ class EngineConfig(_Frozen):
     dtype: Literal["float32", "float64"] = "float32"
     threads: int | None = Field(None, ge=1)
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v):
+        return check_device_spec(v)
+
     @field_validator("clients_per_batch")
     @classmethod
     def _cpb(cls, v):
@@ -521,6 +565,11 @@ class Scenario(_Frozen):
     engine: EngineConfig = EngineConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
     variants: dict[str, dict[str, Any]] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        return check_run_name(v)
 
     @model_validator(mode="after")
     def _cross(self):
@@ -630,18 +679,52 @@ class _FieldError(ValueError):
 
 # --------------------------------------------------------------------------- loading
 def _format_error(err: ValidationError) -> str:
-    e = err.errors(include_url=False)[0]
+    e = _first_problem(err.errors(include_url=False))
     loc = [str(p) for p in e["loc"] if not _is_union_tag(p)]
-    msg = e["msg"]
-    ctx_err = (e.get("ctx") or {}).get("error")
-    if isinstance(ctx_err, _FieldError):
-        return f"{ctx_err.path}: {ctx_err.msg}"
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, ") :]
-    if e["type"] == "extra_forbidden":
-        msg = "unknown key"
     path = ".".join(loc)
+    msg = e["msg"]
+    ctx = e.get("ctx") or {}
+    if isinstance(ctx.get("error"), _FieldError):
+        return f"{ctx['error'].path}: {ctx['error'].msg}"
+    if isinstance(e.get("input"), _Boolean):
+        msg = f"must not be true/false (got {e['input']!r})"  # YAML 1.2 spelling, e.g. [1, true]
+    elif msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    elif e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif e["type"] == "union_tag_invalid":
+        path, msg = f"{path}.{ctx['discriminator'].strip(chr(39))}", f"{ctx['tag']!r} is not one of {ctx['expected_tags']}"
+    elif e["type"] == "union_tag_not_found":
+        path, msg = f"{path}.{ctx['discriminator'].strip(chr(39))}", "missing (which distribution?)"
     return f"{path}: {msg}" if path else msg
+
+
+# Errors saying only that a union member does not take this kind of value at all.
+_MISMATCH = {
+    "float_type", "int_type", "tuple_type", "list_type", "string_type", "bool_type", "dict_type",
+    "model_type", "model_attributes_type", "literal_error", "float_parsing", "int_parsing", "bool_parsing",
+}
+
+
+def _first_problem(errors: list[dict]) -> dict:
+    """The error that names the real problem of the first invalid field.
+
+    For a union (``speed: 3.0 | [...] | {dist: ...}``) pydantic lists one error per member, the
+    members that do not take the value's kind first; the useful one is inside the member that
+    does take it (an unknown key, a missing one, ``low > high``). Unknown keys come first: a
+    typo (``lo`` for ``low``) is then named, not the key it left missing.
+    """
+    first = errors[0]
+    k = next((i for i, p in enumerate(first["loc"]) if _is_union_tag(p)), None)
+    if k is None:
+        return first
+    prefix = first["loc"][:k]
+    same = [e for e in errors if e["loc"][:k] == prefix and len(e["loc"]) > k and _is_union_tag(e["loc"][k])]
+    real = [
+        e for e in same
+        if e["type"] not in _MISMATCH or any(not _is_union_tag(p) for p in e["loc"][k + 1 :])
+    ]
+    return next((e for e in real if e["type"] == "extra_forbidden"), real[0] if real else first)
 
 
 def _is_union_tag(p: Any) -> bool:
@@ -667,6 +750,8 @@ def parse_scenario(raw: Any, base_dir: Path | None = None) -> Scenario:
         raise ScenarioError(_format_error(err)) from None
     except _FieldError as err:  # pragma: no cover - pydantic wraps these
         raise ScenarioError(str(err)) from None
+    check_limits(sc)
+    check_paths(sc)
     if base_dir is not None:
         sc = _resolve_paths(sc, base_dir)
     return sc
@@ -683,9 +768,11 @@ def _resolve_paths(sc: Scenario, base: Path) -> Scenario:
     return sc.model_copy(update={"data": data, "system": system})
 
 
-def _parse_value(text: str) -> Any:
+def _parse_value(text: str, where: str) -> Any:
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
+    except YamlInputError as err:
+        raise ScenarioError(f"{where}: {err}") from None
     except yaml.YAMLError:
         return text
 
@@ -697,7 +784,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         if "=" not in item:
             raise ScenarioError(f"--set {item}: expected dotted.key=value")
         key, value = item.split("=", 1)
-        _set_dotted(raw, key.strip(), _parse_value(value), f"--set {item}")
+        _set_dotted(raw, key.strip(), _parse_value(value, f"--set {item}"), f"--set {item}")
     return raw
 
 
@@ -705,6 +792,8 @@ def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
     parts = key.split(".")
     if not all(parts):
         raise ScenarioError(f"{where}: empty key")
+    if len(parts) > MAX_YAML_DEPTH:
+        raise ScenarioError(f"{where}: key nested deeper than {MAX_YAML_DEPTH} levels")
     if parts[0] == "variants" and len(parts) > 2 and isinstance(raw.get("variants"), dict):
         # a variant's overrides are themselves dotted keys: keep the rest of the path as one key
         variant = raw["variants"].get(parts[1])
@@ -731,12 +820,19 @@ def _deepcopy(x: Any) -> Any:
 
 
 def read_yaml(path: str | Path) -> dict:
-    """Read a scenario file into a raw mapping (``yaml.safe_load`` only)."""
+    """Read a scenario file into a raw mapping (:func:`~fedsim.scenario_yaml.load_yaml` only).
+
+    Only a regular file of at most ``MAX_SCENARIO_BYTES`` is read (never a device or a FIFO).
+    """
     p = Path(path)
-    if not p.is_file():
-        raise ScenarioError(f"{p}: no such scenario file")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = load_yaml(read_regular_file(p, MAX_SCENARIO_BYTES).decode("utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: no such scenario file") from None
+    except OSError as err:
+        raise ScenarioError(f"{p}: cannot read ({err.strerror or type(err).__name__})") from None
+    except YamlInputError as err:
+        raise ScenarioError(f"{p}: {err}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -755,6 +851,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     """Read, override and validate a scenario file."""
     raw = read_yaml(path)
     raw = apply_overrides(raw, overrides or [])
+    check_names(raw)
     return parse_scenario(raw, base_dir=Path(path).resolve().parent)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
+from ..validate import check_target, parse_seeds
+
 __all__ = ["add_compare_parser", "cmd_compare"]
 
 
@@ -13,25 +15,6 @@ def _list(text: str | None) -> list[str] | None:
         return None
     items = [t.strip() for t in text.split(",") if t.strip()]
     return items or None
-
-
-def _seeds(text: str | None) -> list[int] | None:
-    from ..scenario import ScenarioError
-
-    items = _list(text)
-    if items is None:
-        return None
-    seeds = []
-    for t in items:
-        try:
-            if "-" in t:
-                lo, hi = t.split("-", 1)
-                seeds.extend(range(int(lo), int(hi) + 1))
-            else:
-                seeds.append(int(t))
-        except ValueError:
-            raise ScenarioError(f"--seeds {text}: expected integers like 0,1,2 or 0-4") from None
-    return seeds
 
 
 def _main_log(quiet: bool) -> Callable[[str], None] | None:
@@ -74,11 +57,11 @@ def cmd_compare(args) -> int:
         out=args.out,
         algorithms=_list(args.algorithms),
         policies=_list(args.policies),
-        seeds=_seeds(args.seeds),
+        seeds=parse_seeds(args.seeds),
         grid=parse_grid(args.grid),
         overrides=args.overrides,
         variants=_list(args.variants),
-        target=args.target,
+        target=check_target(args.target),
         jobs=args.jobs,
         force=args.force,
         log=_main_log(args.quiet),

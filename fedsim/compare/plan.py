@@ -19,6 +19,7 @@ import yaml
 
 from ..report.results import format_value
 from ..scenario import Scenario, ScenarioError, apply_overrides, parse_scenario
+from ..validate import check_names
 
 __all__ = ["Cell", "CompareRun", "split_values", "parse_grid", "plan_compare"]
 
@@ -181,6 +182,7 @@ def plan_compare(
     ``variants`` picks some of the base scenario's variants (default: all of them).
     """
     raw = apply_overrides(base_raw, list(overrides))
+    check_names(raw)
     all_variants = raw.pop("variants", None)
     if all_variants is not None and not isinstance(all_variants, dict):
         raise ScenarioError("variants: must map names to dotted overrides")

@@ -1,0 +1,50 @@
+"""The bounds fedsim puts on its input (docs/reliability.md lists them; a test keeps both equal).
+
+Every number a scenario or the command line gives is checked against these where it is read, so
+that what passes validation can run: no int64 overflow, no list of 10**12 per-step values, no
+YAML document that expands without bound.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MAX_SCENARIO_BYTES", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "MAX_INT_LITERAL", "MAX_NAME_LENGTH", "MAX_INT",
+    "MAX_SEED", "MAX_ROUNDS", "MAX_CLIENTS", "MIN_SPEED", "MAX_SPEED", "MIN_SLOWDOWN", "MAX_SLOWDOWN",
+    "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS",
+]
+
+#: Largest scenario file read (bytes).
+MAX_SCENARIO_BYTES = 16 * 2**20
+#: Deepest nesting of YAML collections (and of dotted ``--set`` keys).
+MAX_YAML_DEPTH = 32
+#: Most YAML nodes a document may hold once every alias is expanded (alias bombs stop here).
+MAX_YAML_NODES = 1_000_000
+#: Longest integer literal in YAML (characters): longer ones are refused before conversion, which
+#: is quadratic for YAML 1.1's base-60 integers (``1:00:00:...``).
+MAX_INT_LITERAL = 100
+#: Longest ``name`` or variant name (characters).
+MAX_NAME_LENGTH = 100
+#: Largest integer anywhere in a scenario (int64).
+MAX_INT = 2**63 - 1
+#: Seeds (``seed``, ``data.seed``, ``compare --seeds``) lie in [0, MAX_SEED].
+MAX_SEED = 2**63 - 1
+#: Most rounds (also the largest ``eval.every`` and ``checkpoint.every``).
+MAX_ROUNDS = 10**7
+#: Most clients (``data.clients``, number of centers).
+MAX_CLIENTS = 10**6
+#: Speeds (local steps per simulated second), every value a speed can take.
+MIN_SPEED = 1e-6
+MAX_SPEED = 1e6
+#: Slowdown factors (multiplying step time), every value a slowdown can take.
+MIN_SLOWDOWN = 1e-6
+MAX_SLOWDOWN = 1e6
+#: Largest ``sigma`` of a lognormal speed or slowdown.
+MAX_SIGMA = 10.0
+#: Longest time in seconds: window, deadline, latency, Markov means, offline interval ends.
+MAX_SECONDS = 1e9
+#: Most local steps one client may be given in one job (prescribed, capped, or fitting a window).
+MAX_STEPS_PER_JOB = 10**7
+#: Most local epochs per job.
+MAX_EPOCHS = 10**4
+#: Most seeds one ``compare`` may run.
+MAX_SEEDS = 10_000

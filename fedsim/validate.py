@@ -1,0 +1,272 @@
+"""Input checks beyond field types: names, numeric bounds, devices, command-line seeds and targets.
+
+Every check raises :class:`~fedsim.errors.ScenarioError` with one line ``field.path: problem``
+(the CLI turns it into exit 2). Nothing here imports torch except :func:`check_device_available`,
+which the runner calls once it is about to use the device.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .errors import ScenarioError
+from .limits import (
+    MAX_CLIENTS, MAX_EPOCHS, MAX_INT, MAX_NAME_LENGTH, MAX_ROUNDS, MAX_SECONDS, MAX_SEED, MAX_SEEDS,
+    MAX_SIGMA, MAX_SLOWDOWN, MAX_SPEED, MAX_STEPS_PER_JOB, MIN_SLOWDOWN, MIN_SPEED,
+)
+
+__all__ = [
+    "NAME_PATTERN", "check_name", "check_names", "check_run_name", "check_limits", "check_paths", "check_device_spec",
+    "check_device_available", "parse_seeds", "check_target",
+]
+
+#: One folder name: ASCII letters, digits, ``.``, ``_``, ``=``, ``+``, ``-``, starting with a letter
+#: or digit (so never ``.``, ``..``, a hidden folder or an option-like ``-x``).
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=+-]*")
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(?::[0-9]{1,4})?")
+_SAFE_HINT = "use letters, digits, '.', '_', '=', '+', '-'; start with a letter or digit"
+
+
+def check_name(name: Any, path: str) -> str:
+    """``name`` if it is one safe folder name, else ScenarioError naming ``path``.
+
+    Safe: 1 to ``MAX_NAME_LENGTH`` characters matching ``NAME_PATTERN``: no separator (``/``,
+    ``\\``), NUL, control or non-ASCII character, never ``.`` or ``..``.
+    """
+    if not isinstance(name, str):
+        raise ScenarioError(f"{path}: must be a string")
+    problem = _name_problem(name)
+    if problem:
+        raise ScenarioError(f"{path}: {name!r} {problem}" if name else f"{path}: must not be empty")
+    return name
+
+
+def check_run_name(name: str) -> str:
+    """``name`` if it is safe folder names joined by ``/`` (a relative path below ``runs/``), else
+    ValueError. fedsim names variant and compare runs ``base/variant`` and ``base/cell/seedN``,
+    and their stored ``scenario.yaml`` must load back."""
+    if not name:
+        raise ValueError("must not be empty")
+    for part in name.split("/"):
+        problem = _name_problem(part)
+        if problem:
+            raise ValueError(f"{name!r} {problem}" if part == name else f"{name!r}: part {part!r} {problem}")
+    return name
+
+
+def _name_problem(name: str) -> str | None:
+    if not name:
+        return "is empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is longer than {MAX_NAME_LENGTH} characters"
+    if not NAME_PATTERN.fullmatch(name):
+        return f"is not a safe folder name ({_SAFE_HINT})"
+    return None
+
+
+def check_names(raw: dict) -> None:
+    """Check the names of a raw scenario mapping: ``name`` and every variant's name."""
+    if "name" in raw and isinstance(raw["name"], str):
+        try:
+            check_run_name(raw["name"])
+        except ValueError as err:
+            raise ScenarioError(f"name: {err}") from None
+    variants = raw.get("variants")
+    if isinstance(variants, dict):
+        for v in variants:
+            check_name(v, f"variants.{v}" if isinstance(v, str) and v.isprintable() else f"variants.{v!r}")
+
+
+def check_device_spec(spec: str) -> str:
+    """``spec`` if it names a device fedsim can use: auto, cpu, cuda, cuda:N, mps."""
+    if not _DEVICE.fullmatch(spec):
+        raise ValueError(f"{spec!r} is not a device (use auto, cpu, cuda, cuda:N or mps)")
+    return spec
+
+
+def check_device_available(spec: str) -> None:
+    """ScenarioError ``engine.device: ...`` unless this machine has the device (imports torch)."""
+    import torch
+
+    if spec.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(spec.split(":")[1]) if ":" in spec else 0
+        if count == 0:
+            raise ScenarioError(f"engine.device: {spec} requested but this machine has no CUDA device")
+        if index >= count:
+            raise ScenarioError(f"engine.device: {spec} requested but this machine has {count} CUDA device(s)")
+    elif spec == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ScenarioError("engine.device: mps requested but this machine has no MPS device")
+
+
+def parse_seeds(text: str | None) -> list[int] | None:
+    """``compare --seeds``: ``"0,1,2"``, ``"0-4"`` (inclusive) or a mix; None when not given.
+
+    Refuses a reversed range (``5-1``), a seed outside [0, MAX_SEED] and more than ``MAX_SEEDS``
+    seeds in all, before building any list.
+    """
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        return None
+    ranges = []
+    for t in items:
+        lo, sep, hi = t.partition("-")
+        a = _seed(lo, text)
+        b = _seed(hi, text) if sep else a
+        if b < a:
+            raise ScenarioError(f"--seeds {text}: range {t} is empty (write low-high with low <= high)")
+        ranges.append((a, b))
+    if sum(b - a + 1 for a, b in ranges) > MAX_SEEDS:
+        raise ScenarioError(f"--seeds {text}: more than {MAX_SEEDS:,} seeds")
+    return [s for a, b in ranges for s in range(a, b + 1)]
+
+
+def _seed(token: str, text: str) -> int:
+    token = token.strip()
+    if not (token.isascii() and token.isdigit()):
+        raise ScenarioError(f"--seeds {text}: expected seeds like 0,1,2 or 0-4")
+    if len(token) > len(str(MAX_SEED)) or int(token) > MAX_SEED:
+        raise ScenarioError(f"--seeds {text}: seeds must be <= {MAX_SEED}")
+    return int(token)
+
+
+def check_target(target: float | None) -> float | None:
+    """``compare --target``: a test accuracy in (0, 1], or None."""
+    if target is not None and not 0 < target <= 1:  # NaN fails too
+        raise ScenarioError(f"--target {target}: must be a test accuracy in (0, 1]")
+    return target
+
+
+def check_paths(sc: Any) -> None:
+    """File paths in a scenario (``data.root``, ``system.trace``) can name a file: no NUL byte."""
+    for path, value in (("data.root", sc.data.root), ("system.trace", sc.system.trace)):
+        if value is not None and "\0" in value:
+            raise ScenarioError(f"{path}: must not contain a NUL character")
+
+
+# --------------------------------------------------------------------------- numeric bounds
+def check_limits(sc: Any) -> None:
+    """Check a validated Scenario's numbers against :mod:`fedsim.limits` (first problem wins)."""
+    _at_most("seed", sc.seed, MAX_SEED, low=0)
+    if sc.data.seed is not None:
+        _at_most("data.seed", sc.data.seed, MAX_SEED, low=0)
+    _at_most("rounds", sc.rounds, MAX_ROUNDS)
+    _at_most("eval.every", sc.eval.every, MAX_ROUNDS)
+    _at_most("checkpoint.every", sc.checkpoint.every, MAX_ROUNDS)
+    _at_most("data.clients", sc.data.num_clients, MAX_CLIENTS)
+    system, rnd = sc.system, sc.round
+    _check_values("system.speed", system.speed, MIN_SPEED, MAX_SPEED)
+    if system.slowdown is not None:
+        _check_values("system.slowdown", system.slowdown, MIN_SLOWDOWN, MAX_SLOWDOWN)
+    for key in ("latency", "availability.mean_online", "availability.mean_offline"):
+        value = _get(system, key)
+        if isinstance(value, float):
+            _at_most(f"system.{key}", value, MAX_SECONDS)
+    if isinstance(system.availability, tuple):
+        ends = [e for intervals in system.availability for _, e in intervals]
+        if ends and max(ends) > MAX_SECONDS:
+            raise ScenarioError(f"system.availability: interval ends must be <= {MAX_SECONDS:g} s")
+    for key in ("window", "deadline"):
+        if getattr(rnd, key) is not None:
+            _at_most(f"round.{key}", getattr(rnd, key), MAX_SECONDS)
+    for key, bound in (("local_steps", MAX_STEPS_PER_JOB), ("max_local_steps", MAX_STEPS_PER_JOB), ("local_epochs", MAX_EPOCHS)):
+        value = getattr(rnd, key)
+        if value is not None:
+            _at_most(f"round.{key}", _high(value), bound)
+    if rnd.policy == "window":
+        _check_window_steps(sc)
+    _check_ints(sc.model_dump(), "")
+
+
+def _check_window_steps(sc: Any) -> None:
+    # The most steps a window job can take: (W - 2 latency) * fastest speed / smallest slowdown,
+    # unless capped (window mode caps by max_local_steps and local_steps). Unbounded draws
+    # (lognormal, exponential) have no largest value and are not checked here.
+    system, rnd = sc.system, sc.round
+    speed = _high(system.speed)
+    slow = 1.0 if system.slowdown is None else _low(system.slowdown)
+    if speed is None or slow is None:
+        return
+    caps = [c for c in (rnd.max_local_steps, _high(rnd.local_steps) if rnd.local_steps is not None else None) if c is not None]
+    if caps and min(caps) <= MAX_STEPS_PER_JOB:
+        return
+    steps = (rnd.window - 2 * system.latency) * speed / slow
+    if steps > MAX_STEPS_PER_JOB:
+        raise ScenarioError(
+            f"round.window: fits {steps:.3g} local steps per job at the fastest speed, more than "
+            f"{MAX_STEPS_PER_JOB:,} (shorten the window, or cap with round.max_local_steps)"
+        )
+
+
+def _check_values(path: str, value: Any, low: float, high: float) -> None:
+    kind = getattr(value, "dist", None)
+    if kind == "lognormal":
+        _between(f"{path}.median", value.median, low, high)
+        _at_most(f"{path}.sigma", value.sigma, MAX_SIGMA)
+    elif kind == "exponential":
+        _between(f"{path}.mean", value.mean, low, high)
+    else:
+        _between(path, _low(value), low, high)
+        _between(path, _high(value), low, high)
+
+
+def _low(value: Any) -> float | None:
+    """Smallest value a number, tuple or distribution takes (None: unbounded below 1)."""
+    kind = getattr(value, "dist", None)
+    if kind in ("uniform", "randint"):
+        return value.low
+    if kind == "constant":
+        return value.value
+    if kind is not None:
+        return None
+    return min(value) if isinstance(value, tuple) else value
+
+
+def _high(value: Any) -> float | None:
+    """Largest value a number, tuple or distribution takes (None: unbounded above)."""
+    kind = getattr(value, "dist", None)
+    if kind in ("uniform", "randint"):
+        return value.high
+    if kind == "constant":
+        return value.value
+    if kind is not None:
+        return None
+    return max(value) if isinstance(value, tuple) else value
+
+
+def _between(path: str, value: float | None, low: float, high: float) -> None:
+    if value is not None and not low <= value <= high:
+        raise ScenarioError(f"{path}: must be in [{low:g}, {high:g}]")
+
+
+def _at_most(path: str, value: float | None, high: float, low: float | None = None) -> None:
+    if value is None:
+        return
+    if low is not None and value < low:
+        raise ScenarioError(f"{path}: must be >= {low}")
+    if value > high:
+        raise ScenarioError(f"{path}: must be <= {high:,}" if isinstance(high, int) else f"{path}: must be <= {high:g}")
+
+
+def _get(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _check_ints(value: Any, path: str) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int) and not -MAX_INT - 1 <= value <= MAX_INT:
+        raise ScenarioError(f"{path or 'scenario'}: {value} does not fit in 64 bits")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_ints(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_ints(v, f"{path}.{i}")
