@@ -209,10 +209,6 @@ def test_worst_cases_exit_2_within_bounds(case, tmp_path):
     _assert_0_or_2(code, err)
 
 
-_CLOCK_FIX = "issue 12 item {}: the clock helper's fix; remove this mark once merged"
-
-
-@pytest.mark.xfail(strict=True, reason=_CLOCK_FIX.format(10))
 @pytest.mark.parametrize("mean", [1e-300])
 def test_tiny_sojourns_exit_0_or_2_within_bounds(mean, tmp_path):
     raw = {**GOOD, "rounds": 2, "system": {"speed": [1.0, 2.0], "availability": {
@@ -231,7 +227,6 @@ def test_special_trace_paths_exit_2(special, tmp_path):
     _assert_0_or_2(code, err)
 
 
-@pytest.mark.xfail(strict=True, reason=_CLOCK_FIX.format(13))
 @pytest.mark.parametrize("special", ["/dev/zero", "/dev/urandom", "fifo"])
 def test_device_and_fifo_trace_paths_exit_2(special, tmp_path):
     os.mkfifo(tmp_path / "fifo")

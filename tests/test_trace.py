@@ -289,7 +289,7 @@ def test_device_trace_offline_rows_extend_the_period(tmp_path):
     ("0,0,10,0,1000,500", "line 2: sample_seconds must be > 0 while online, got '0'"),
     ("0,0,10,0.1,-1,500", "line 2: down_kbps must be > 0 while online, got '-1'"),
     ("0,0,10,0.1,1000,500\n0,10,20,0.1,1000,400", "line 3: client 0's down_kbps / up_kbps differ from its earlier rows"),
-    ("0,0,10,1e-300,1000,500", "line 2: sample_seconds must be at least 1e-12, got '1e-300'"),
+    ("0,0,10,1e-300,1000,500", "line 2: sample_seconds must be at least 1e-06, got '1e-300'"),
 ])
 def test_malformed_device_trace(tmp_path, text, message):
     path = write(tmp_path, "client,start,end,sample_seconds,down_kbps,up_kbps\n" + text + "\n")

@@ -19,6 +19,8 @@ takes only these. Sum types are unions of small dataclasses, read with ``isinsta
 
 from __future__ import annotations
 
+from .. import limits
+
 import math
 from dataclasses import dataclass
 from typing import Literal, Union
@@ -32,15 +34,13 @@ __all__ = [
     "MAX_TIME", "MAX_SPEED", "MAX_STEPS", "MAX_EPOCHS",
 ]
 
-#: Largest simulated time (seconds) a scenario or trace may state: 1e15 s is 30 million years, and
-#: keeps sums of times, and products with :data:`MAX_SPEED`, far from float overflow.
-MAX_TIME = 1e15
-#: Largest local-step rate (steps per second) a scenario or trace may state.
-MAX_SPEED = 1e12
-#: Step counts are capped at 2**53 (every integer up to it is exact in float64; no int64 overflow).
-MAX_STEPS = 2**53
-#: Largest prescribed ``local_epochs`` (E n_i stays far inside int64 for any dataset size).
-MAX_EPOCHS = 10**6
+#: The clock's bounds are the input bounds of :mod:`fedsim.limits` (docs/reliability.md):
+#: longest time a scenario or trace may state, fastest step rate, most steps in one job (every
+#: job's tau_i is capped there, so a lognormal tail cannot overflow), most local epochs.
+MAX_TIME = limits.MAX_SECONDS
+MAX_SPEED = limits.MAX_SPEED
+MAX_STEPS = limits.MAX_STEPS_PER_JOB
+MAX_EPOCHS = limits.MAX_EPOCHS
 
 
 # --------------------------------------------------------------------------- distributions

@@ -16,6 +16,7 @@ from ..engine.threads import default_threads, thread_budget
 from ..engine.train import auto_chunk
 from ..engine.workload import build_workload, resolve_device
 from ..scenario import Scenario
+from ..validate import check_device_available
 from .clock import build_clock
 
 __all__ = ["Built", "build_run"]
@@ -36,6 +37,7 @@ def build_run(sc: Scenario) -> Built:
 
     Everything that can fail on a valid scenario (device, dataset, traces) fails here.
     """
+    check_device_available(sc.engine.device)
     device = resolve_device(sc.engine.device)
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
     work = build_workload(sc, device, dtype)
