@@ -74,7 +74,7 @@ def fast_run(spec, centers, steps, lr, rounds, *, p=None, weights=None, dtype=to
     directly: fast enough for the hundreds of rounds fixed-point tests need. ``steps`` is a list
     or a function of the round; ``lr`` a float or a function of the round.
     """
-    from fedsim.algorithms.local import a_norm, init_state, local_step, masked, step_lrs
+    from fedsim.algorithms.local import StepLrs, a_norm, init_state, local_step, masked
 
     e = torch.as_tensor(centers, dtype=dtype)
     m, dim = e.shape
@@ -86,7 +86,7 @@ def fast_run(spec, centers, steps, lr, rounds, *, p=None, weights=None, dtype=to
         lr_r = lr(r) if callable(lr) else lr
         idx = [i for i in range(m) if s[i] > 0]
         tau = torch.tensor([s[i] for i in idx])
-        lrs = step_lrs(spec, lr_r, int(tau.max()))
+        lrs = StepLrs(lr_r, spec.lr_decay)
         x0 = {"x": x["x"].expand(len(idx), dim).clone()}
         xs = {"x": x0["x"].clone()}
         st = init_state(spec, xs, state.vhat)
@@ -101,7 +101,7 @@ def fast_run(spec, centers, steps, lr, rounds, *, p=None, weights=None, dtype=to
         w = p[idx] if weights is None else torch.as_tensor([weights[i] for i in idx], dtype=torch.float64)
         upd = RoundUpdate(
             clients=tuple(idx), deltas={"x": xs["x"] - x0["x"]}, weights=w,
-            a_norm=a_norm(spec, tau.tolist(), [q / lr_r for q in lrs], lr=lr_r), steps=tau.double(), lr=lr_r,
+            a_norm=a_norm(spec, tau.tolist(), lrs.ratios(), lr=lr_r), steps=tau.double(), lr=lr_r,
             num_clients=m, client_p={i: float(p[i]) for i in range(m)},
             vhat={"x": st["vhat.x"]} if spec.solver == "amsgrad" else None,
         )

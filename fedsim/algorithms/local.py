@@ -36,12 +36,29 @@ from .spec import AlgoSpec
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["init_state", "local_step", "a_norm", "step_lrs", "masked", "clip_grads"]
+__all__ = ["init_state", "local_step", "a_norm", "StepLrs", "masked", "clip_grads"]
 
 
-def step_lrs(spec: AlgoSpec, round_lr: float, steps: int) -> list[float]:
-    """Local learning rate of each step k < steps in a round (per-step decay ``lr_decay``)."""
-    return [round_lr * spec.lr_decay**k for k in range(steps)]
+class StepLrs:
+    """The local learning rates of a round's steps, computed when read (never stored per step).
+
+    ``StepLrs(round_lr, decay)[k] = round_lr * decay**k`` (per-step decay ``lr_decay``) for any
+    step ``k >= 0``, so a round of 10**12 steps costs no memory. ``ratios()`` reads
+    ``lr_k / round_lr`` (what :func:`a_norm` takes), computed as that quotient, not as
+    ``decay**k``, so it rounds exactly as the per-step lists of earlier versions did.
+    """
+
+    def __init__(self, round_lr: float, decay: float, *, ratio: bool = False):
+        self.round_lr, self.decay, self.ratio = round_lr, decay, ratio
+
+    def __getitem__(self, k: int) -> float:
+        if k < 0:
+            raise IndexError(k)
+        lr = self.round_lr * self.decay**k
+        return lr / self.round_lr if self.ratio else lr
+
+    def ratios(self) -> "StepLrs":
+        return StepLrs(self.round_lr, self.decay, ratio=True)
 
 
 def init_state(spec: AlgoSpec, params: Tensors, vhat0: Tensors | None = None) -> Tensors:
@@ -145,7 +162,7 @@ def masked(mask: torch.Tensor, new: Tensors, old: Tensors) -> Tensors:
 def a_norm(
     spec: AlgoSpec,
     steps: Sequence[int] | torch.Tensor,
-    lr_ratios: Sequence[float],
+    lr_ratios: Sequence[float] | StepLrs,
     lr: float | None = None,
 ) -> torch.Tensor:
     """||a_i||_1 per client by the shadow run of the same update rule (float64).
@@ -153,8 +170,8 @@ def a_norm(
     Args:
         spec: the algorithm.
         steps: tau_i per client.
-        lr_ratios: ``lr_ratios[k] = lr_k / lr_0`` for the round (per-step decay), at least
-            ``max(steps)`` entries.
+        lr_ratios: ``lr_ratios[k] = lr_k / lr_0`` for the round (per-step decay): at least
+            ``max(steps)`` entries, or ``StepLrs(lr_0, lr_decay).ratios()`` (read per step).
         lr: the round's learning rate lr_0. Needed when ``spec.mu > 0``: the proximal factor per
             step is (1 - lr_k * mu), so ||a_i||_1 depends on lr, not only on the ratios.
 

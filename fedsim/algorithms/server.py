@@ -8,7 +8,10 @@ Aggregation (Wang et al. 2020, eq. (7)), with the weights w_i of the clients tha
     nova: d = tau_eff * sum_i w_i Delta_i / ||a_i||_1,   tau_eff = sum_i w_i ||a_i||_1 (or tau_i)
 Server optimizer on the pseudo-gradient d (Reddi et al. 2021; Hsu et al. 2019), no bias correction:
     sgd:      x += eta_g d
-    momentum: v = beta v + d;            x += eta_g v
+    momentum: v = beta v + d;            x += eta_g v       (avg: FedAvgM, Hsu et al. 2019)
+              v = beta (eta_t / eta_{t-1}) v + d; x += eta_g v  (nova: FedNova's hybrid momentum,
+              the buffer b = v / eta_t kept in gradient units: b = beta b + d / eta_t, x += eta_g eta_t b;
+              eta_t the round's local lr, so the two rules differ only after an lr change)
     adam:     m = b1 m + (1-b1) d; v = b2 v + (1-b2) d^2;                 x += eta_g m/(sqrt(v)+eps)
     yogi:     m as adam; v = v - (1-b2) d^2 sign(v - d^2);               x += eta_g m/(sqrt(v)+eps)
     adagrad:  m as adam; v = v + d^2;                                      x += eta_g m/(sqrt(v)+eps)
@@ -55,6 +58,7 @@ class ServerState:
     direction: Tensors | None = None  # FedCM Delta^t / FedLADA g_a
     vhat: Tensors | None = None  # averaged AMSGrad v_hat (LocalAdam, FedLADA)
     version: int = 0
+    lr: float | None = None  # local lr of the last round with reports (FedNova hybrid momentum)
 
 
 @dataclass(frozen=True)
@@ -147,8 +151,11 @@ def server_apply(spec: AlgoSpec, params: Tensors, state: ServerState, upd: Round
     if len(upd.clients) == 0:
         return params, replace(state, version=state.version + 1)
     d = aggregate(spec, upd)
-    new_params, opt = server_opt_apply(spec, params, d, state.opt)
-    new = replace(state, opt=opt, version=state.version + 1)
+    opt = state.opt
+    if spec.aggregation == "nova" and spec.server_opt == "momentum" and state.lr is not None and upd.lr != state.lr:
+        opt = {k: v * (upd.lr / state.lr) for k, v in opt.items()}  # buffer in gradient units
+    new_params, opt = server_opt_apply(spec, params, d, opt)
+    new = replace(state, opt=opt, version=state.version + 1, lr=upd.lr)
     if spec.uses_control_variates:
         new = _update_control_variates(spec, new, upd, d)
     if spec.uses_global_direction:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import vmap
 
-from ..algorithms.local import a_norm, init_state, local_step
+from ..algorithms.local import StepLrs, a_norm, init_state, local_step
 from ..algorithms.spec import AlgoSpec
 from ..models.dropout import dropout_noise, keyed_dropout_sites, site_shapes
 from ..rng import seed_int, stream
@@ -316,8 +316,7 @@ def train_cohort(
     """
     n = len(tasks)
     order = sorted(range(n), key=lambda j: (-tasks[j].steps, j))
-    max_steps = max((t.steps for t in tasks), default=0)
-    lrs = [round_lr * spec.lr_decay**k for k in range(max_steps)]
+    lrs = StepLrs(round_lr, spec.lr_decay)  # read per step: nothing stored per step
     if work.x_train.device.type == "cpu":
         tune_allocator()
     sites = dropout_plan(work)
@@ -330,7 +329,6 @@ def train_cohort(
             _run_chunk(work, spec, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites)
         )
     steps = [t.steps for t in tasks]
-    ratios = [lr / round_lr for lr in lrs]
     if n == 0:
         return CohortResult((), {}, torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64),
                             torch.zeros(0, dtype=torch.float64), None)
@@ -342,7 +340,7 @@ def train_cohort(
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
-        a_norm=a_norm(spec, steps, ratios, lr=round_lr),
+        a_norm=a_norm(spec, steps, lrs.ratios(), lr=round_lr),
         steps=torch.tensor(steps, dtype=torch.float64),
         loss=losses,
         vhat=vhat,
