@@ -5,7 +5,7 @@ Delta_k = y_k - x^{v_k} (its local model minus the model it started from) with |
 client's weight p_k; s_k = staleness = server updates applied between its download and the update
 that uses it; x is the current global model (version v = the update index).
 
-Staleness weights w(s) (Xie et al. 2019, FedAsync, section 5.2; ALGORITHMS.md section 7):
+Staleness weights w(s) (Xie et al. 2019, FedAsync, section 5.2; docs/algorithms.md):
     constant:   w(s) = 1
     polynomial: w(s) = (1 + s)^-a                       a = staleness_exponent (FedBuff: a = 0.5)
     hinge:      w(s) = 1 if s <= b else 1 / (a (s - b) + 1)      a = hinge_a, b = hinge_b
@@ -42,7 +42,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .server import server_opt_apply
+from .aggregate import weighted_sum
+from .algorithm import algorithm
 from .spec import AlgoSpec
 
 Tensors = dict[str, torch.Tensor]
@@ -106,10 +107,6 @@ def async_coefficients(spec: AlgoSpec, weights: torch.Tensor, staleness: torch.T
     return spec.mixing * c if spec.asynchronous == "fedasync" else c
 
 
-def _wsum(w: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    return torch.tensordot(w.to(device=t.device, dtype=t.dtype), t, dims=1)
-
-
 def async_apply(
     spec: AlgoSpec, params: Tensors, opt: Tensors, arr: Arrivals, norm: NormState
 ) -> tuple[Tensors, Tensors, NormState, torch.Tensor]:
@@ -123,8 +120,8 @@ def async_apply(
                   for k, d in deltas.items()}
     if spec.asynchronous == "fedasync":
         # d = sum_k c_k (x^{v_k} + Delta_k - x): the mixing toward the clients' models
-        d = {k: _wsum(coef, arr.starts[k] + deltas[k] - params[k].unsqueeze(0)) for k in params}
+        d = {k: weighted_sum(coef, arr.starts[k] + deltas[k] - params[k].unsqueeze(0)) for k in params}
     else:
-        d = {k: _wsum(coef, deltas[k]) for k in params}
-    new_params, new_opt = server_opt_apply(spec, params, d, opt)
+        d = {k: weighted_sum(coef, deltas[k]) for k in params}
+    new_params, new_opt = algorithm(spec).server_step(params, d, opt)
     return new_params, new_opt, norm, coef

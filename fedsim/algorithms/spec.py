@@ -11,9 +11,9 @@ which the scenario loader turns into exit status 2.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from .lr import round_lr
 from .presets import PRESETS, preset
 
 __all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION"]
@@ -35,7 +35,7 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class AlgoSpec:
-    """Every part of an algorithm, resolved (see ``the README (Algorithms)`` for the table)."""
+    """Every part of an algorithm, resolved (docs/algorithms.md)."""
 
     name: str
     lr: float
@@ -89,11 +89,8 @@ class AlgoSpec:
         milestone fraction f already passed: rounds ``>= ceil(f * total_rounds)`` (FedNova: /10
         after 50% and /100 after 75% of the rounds with ``[0.5, 0.75]`` and factor 0.1).
         """
-        lr = self.lr * self.lr_round_decay**round_index
-        for frac in self.lr_milestones:
-            if round_index >= math.ceil(frac * total_rounds - 1e-9):
-                lr *= self.lr_milestone_factor
-        return lr
+        return round_lr(self.lr, self.lr_round_decay, self.lr_milestones, self.lr_milestone_factor,
+                        round_index, total_rounds)
 
 
 _OVERRIDABLE = (

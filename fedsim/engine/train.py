@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import vmap
 
-from ..algorithms.local import StepLrs, a_norm, init_state, local_step
+from ..algorithms.algorithm import Algorithm, algorithm
+from ..algorithms.lr import StepLrs
 from ..algorithms.spec import AlgoSpec
 from ..models.dropout import dropout_noise, keyed_dropout_sites, site_shapes
 from ..rng import seed_int, stream
@@ -314,6 +315,7 @@ def train_cohort(
     function of (seed, client, key, step) only -- the same for any chunking or torchrun rank
     count. Models without dropout (or in eval mode) draw no noise.
     """
+    alg = algorithm(spec)  # the chains, built once per spec
     n = len(tasks)
     order = sorted(range(n), key=lambda j: (-tasks[j].steps, j))
     lrs = StepLrs(round_lr, spec.lr_decay)  # read per step: nothing stored per step
@@ -326,7 +328,7 @@ def train_cohort(
     for start in range(0, n, size):
         chunk_tasks = [tasks[j] for j in order[start : start + size]]
         pieces.append(
-            _run_chunk(work, spec, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites)
+            _run_chunk(work, alg, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites)
         )
     steps = [t.steps for t in tasks]
     if n == 0:
@@ -340,7 +342,7 @@ def train_cohort(
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
-        a_norm=a_norm(spec, steps, lrs.ratios(), lr=round_lr),
+        a_norm=alg.a_norm(steps, lrs.ratios(), lr=round_lr),
         steps=torch.tensor(steps, dtype=torch.float64),
         loss=losses,
         vhat=vhat,
@@ -355,8 +357,9 @@ def _stack(t: Tensors, c: int) -> Tensors:
     return {k: v.unsqueeze(0).expand((c,) + v.shape).clone() for k, v in t.items()}
 
 
-def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites):
+def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites):
     """Steps of one chunk (tasks sorted by steps, longest first): (deltas, mean loss, v_hat)."""
+    spec = alg.spec
     c = len(tasks)
     dev = work.x_train.device
     steps = [t.steps for t in tasks]
@@ -364,7 +367,7 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
         raise ValueError("_run_chunk: tasks must be sorted by steps, longest first")
     x0 = {k: v.unsqueeze(0).expand((c,) + v.shape) for k, v in params.items()}  # a view, never written
     x = _stack(params, c)
-    st = init_state(spec, x, vhat0)
+    st = alg.client_init(x, vhat0)
     corr_list = [correction(t.client) for t in tasks]
     corr = None
     if corr_list[0] is not None:
@@ -424,7 +427,7 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
                     torch.rand((blk, size), generator=gens[row], dtype=noise_all.dtype, device=dev, out=noise_all[row])
             noise = noise_all[:a, k % blk]
         grads, loss = grad_fn(x, xb, yb, noise)
-        x, st = local_step(spec, x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
+        x, st = alg.client_step(x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
         if step_loss is None:
             step_loss = torch.zeros((tmax, c), dtype=loss.dtype, device=dev)
         step_loss[k, :a] = loss
