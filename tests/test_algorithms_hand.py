@@ -1,4 +1,4 @@
-"""Rounds computed by hand (plain numpy, from the equations in ALGORITHMS.md) on tiny quadratic
+"""Rounds computed by hand (plain numpy, from the equations in docs/algorithms.md) on tiny quadratic
 toys F_i(x) = 1/2 ||x - e_i||^2, against the engine path (train_cohort + server_apply).
 
 Two or three rounds each, so that persistent state (server moments, control variates, global

@@ -1,5 +1,5 @@
 """||a_i||_1, the local progress FedNova normalizes by (Wang et al. 2020, section 4 and table in
-ALGORITHMS.md section 1), against closed forms and against brute-force coefficient tracking.
+docs/algorithms.md, "Progress"), against closed forms and against brute-force coefficient tracking.
 
 Brute force: run the *real* local solver on a linear problem whose gradient at step k is the
 basis vector e_k (so it does not depend on x). The solver is linear in its gradients, so after
