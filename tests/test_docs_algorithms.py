@@ -6,9 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from fedsim.algorithms import presets
-from fedsim.algorithms.presets import PRESETS
-from fedsim.algorithms.spec import _OVERRIDABLE
+from fedsim.algorithms.presets import BASE, PRESETS
+from fedsim.algorithms.spec import OVERRIDABLE
 from fedsim.scenario import AlgorithmConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +40,7 @@ def parts(s: str) -> dict:
 def test_preset_table_is_the_registry():
     rows = {r[0].strip("`"): parts(r[1]) for r in table_rows(section("Presets"))}
     assert set(rows) == set(PRESETS)
-    base = dict(presets._BASE)
+    base = dict(BASE)
     for name, p in PRESETS.items():
         assert rows[name] == {k: v for k, v in p.items() if base[k] != v}, name
 
@@ -49,7 +48,7 @@ def test_preset_table_is_the_registry():
 def test_preset_base_is_stated():
     text = section("Presets").split("from the base (`", 1)[1].split("`, synchronous)", 1)[0]
     stated = parts(" ".join(text.split()))
-    assert stated == {k: v for k, v in presets._BASE.items() if k != "asynchronous"}
+    assert stated == {k: v for k, v in BASE.items() if k != "asynchronous"}
 
 
 def test_scenario_keys_and_defaults():
@@ -59,9 +58,9 @@ def test_scenario_keys_and_defaults():
     for key, cell in rows.items():
         default = fields[key].default
         if cell == "preset":
-            assert default is None and key in _OVERRIDABLE, key
+            assert default is None and key in OVERRIDABLE, key
         elif cell == "none":
-            assert default is None and key not in _OVERRIDABLE, key
+            assert default is None and key not in OVERRIDABLE, key
         else:
             assert value(cell.strip("`")) == default, key
 

@@ -21,24 +21,18 @@ from typing import Mapping, Sequence
 
 import torch
 
-from . import transforms as T
 from .algorithm import algorithm, masked
 from .lr import StepLrs
 from .spec import AlgoSpec
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["init_state", "local_step", "a_norm", "StepLrs", "masked", "clip_grads"]
+__all__ = ["init_state", "local_step", "a_norm", "StepLrs", "masked"]
 
 
 def init_state(spec: AlgoSpec, params: Tensors, vhat0: Tensors | None = None) -> Tensors:
     """Solver state for stacked ``params``; ``vhat0`` (unstacked) seeds AMSGrad's v_hat."""
     return algorithm(spec).client_init(params, vhat0)
-
-
-def clip_grads(grads: Tensors, clip_norm: float) -> Tensors:
-    """Scale each client's gradient to norm <= clip_norm (norm over all its tensors)."""
-    return T.clip_by_client_norm(clip_norm).update(grads, {}, T.Context(grads))[0]
 
 
 def local_step(

@@ -32,7 +32,6 @@ __all__ = [
     "RoundUpdate",
     "server_init",
     "server_apply",
-    "server_opt_apply",
     "client_correction",
     "aggregate",
 ]
@@ -46,11 +45,6 @@ def aggregate(spec: AlgoSpec, upd: RoundUpdate) -> Tensors:
 def server_init(spec: AlgoSpec, params: Tensors) -> ServerState:
     """Zero moments, zero control variates, zero global direction (round 1 of FedCM/FedLADA)."""
     return algorithm(spec).init(params)
-
-
-def server_opt_apply(spec: AlgoSpec, params: Tensors, d: Tensors, opt: Tensors) -> tuple[Tensors, Tensors]:
-    """Apply the server optimizer to pseudo-gradient ``d``; returns (params, opt state)."""
-    return algorithm(spec).server_step(params, d, opt)
 
 
 def client_correction(spec: AlgoSpec, state: ServerState, client: int, like: Tensors) -> Tensors | None:

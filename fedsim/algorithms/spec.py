@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .lr import round_lr
 from .presets import PRESETS, preset
 
-__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION"]
+__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION", "OVERRIDABLE"]
 
 #: Corrections that keep per-client control variates (SCAFFOLD family).
 CONTROL_VARIATES = ("scaffold", "vrlsgd", "nova_vr")
@@ -93,7 +93,8 @@ class AlgoSpec:
                         round_index, total_rounds)
 
 
-_OVERRIDABLE = (
+#: Keys a preset fills when the scenario leaves them unset (``None``).
+OVERRIDABLE = (
     "momentum mu solver correction amend aggregation tau_eff server_opt server_lr "
     "server_momentum server_betas server_eps share_vhat"
 ).split()
@@ -104,7 +105,7 @@ def resolve(cfg) -> AlgoSpec:
     if cfg.name not in PRESETS:
         raise SpecError("algorithm.name", f"unknown algorithm {cfg.name!r}; known: {', '.join(sorted(PRESETS))}")
     base = dict(preset(cfg.name))
-    explicit = {key for key in _OVERRIDABLE if getattr(cfg, key) is not None}
+    explicit = {key for key in OVERRIDABLE if getattr(cfg, key) is not None}
     for key in explicit:
         base[key] = getattr(cfg, key)
     _follow_overrides(base, explicit)
