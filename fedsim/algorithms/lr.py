@@ -30,7 +30,7 @@ class StepLrs:
     """The local learning rates of a round's steps, computed when read (never stored per step).
 
     ``StepLrs(round_lr, decay)[k] = round_lr * decay**k`` (per-step decay ``lr_decay``) for any
-    step ``k >= 0``, so a round of 10**12 steps costs no memory. ``ratios()`` reads
+    step ``k >= 0``: no list of 10**12 learning rates for a round of 10**12 steps. ``ratios()`` reads
     ``lr_k / round_lr`` (what ``a_norm`` takes), computed as that quotient, not as ``decay**k``,
     so it rounds exactly as the per-step lists of earlier versions did.
     """
