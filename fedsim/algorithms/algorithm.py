@@ -4,6 +4,7 @@
 
     local  (SGD family): clip -> weight decay -> correction -> momentum trace -> prox -> amend
     local  (Adam/AMSGrad): clip -> weight decay -> correction -> prox -> Adam/AMSGrad scaling -> amend
+           (each piece only where the spec uses it)
     step:  x <- x - lr_k * u
     shadow: the local chain without clip, weight decay and correction (the rule a_i of ``a_norm``)
     server: aggregate (avg | nova) -> [momentum trace | Adam/Yogi/Adagrad scaling] -> eta_g; x <- x + u
@@ -48,7 +49,8 @@ def local_pieces(spec: AlgoSpec) -> tuple[T.Transform, ...]:
         p.append(T.clip_by_client_norm(spec.clip_norm))
     if spec.weight_decay:
         p.append(T.add_weight_decay(spec.weight_decay))
-    p.append(T.add_correction())
+    if spec.uses_control_variates:
+        p.append(T.add_correction())
     if spec.adaptive:
         if spec.mu > 0:
             p.append(T.add_prox(spec.mu))  # part of the objective the solver preconditions

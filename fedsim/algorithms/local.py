@@ -54,7 +54,8 @@ def local_step(
         params, grads, state: stacked tensors (leading client dimension).
         lr: this step's learning rate.
         x0: the round's starting point (the proximal anchor x^t).
-        corr: additive gradient correction per client (SCAFFOLD c - c_i), stacked.
+        corr: additive gradient correction per client (SCAFFOLD c - c_i), stacked; used when the
+            spec has control variates.
         direction: the global direction D (unstacked or stacked), used when ``amend < 1``.
         weight_decay: override of ``spec.weight_decay``.
         clip: apply ``spec.clip_norm`` to ``grads``.
