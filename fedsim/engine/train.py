@@ -37,7 +37,7 @@ from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["Task", "CohortResult", "train_cohort", "batch_indices", "auto_chunk", "cohort_grad", "stacked_forward"]
+__all__ = ["Task", "CohortResult", "train_cohort", "BatchStream", "batch_indices", "auto_chunk", "cohort_grad", "stacked_forward"]
 
 
 @dataclass(frozen=True)
@@ -59,22 +59,37 @@ class CohortResult:
     vhat: Tensors | None  # final AMSGrad v_hat, stacked
 
 
-def batch_indices(work: Workload, seed: int, task: Task, batch_size: int) -> np.ndarray:
-    """Global sample indices (steps, B) for a task: an endless stream of per-epoch permutations.
+class BatchStream:
+    """A task's global sample indices, read a block of steps at a time: an endless stream of
+    per-epoch permutations keyed by (seed, "batches", client, key).
 
     Each epoch is a fresh permutation of the client's samples (sampling without replacement,
     reshuffled every epoch); step k takes the next B indices of the stream, so tau = floor(E n_i/B)
-    steps consume E epochs. The stream is keyed by (seed, "batches", client, key).
+    steps consume E epochs. Permutations are drawn when needed, so reading the steps in blocks
+    gives the same indices as reading them at once.
     """
-    local = work.client_indices[task.client]
-    n = len(local)
-    need = task.steps * batch_size
-    if need == 0:
-        return np.zeros((0, batch_size), dtype=np.int64)
-    rng = stream(seed, "batches", task.client, task.key)
-    epochs = -(-need // n)
-    order = np.concatenate([rng.permutation(n) for _ in range(epochs)])[:need]
-    return local[order].reshape(task.steps, batch_size)
+
+    def __init__(self, work: Workload, seed: int, task: Task, batch_size: int):
+        self.local = work.client_indices[task.client]
+        self.rng = stream(seed, "batches", task.client, task.key)
+        self.batch_size = batch_size
+        self.rest = np.zeros(0, dtype=np.int64)  # drawn, not yet read
+
+    def take(self, steps: int) -> np.ndarray:
+        """Indices (steps, B) of the next ``steps`` steps."""
+        need = steps * self.batch_size
+        parts, have = [self.rest], len(self.rest)
+        while have < need:
+            parts.append(self.rng.permutation(len(self.local)))
+            have += len(self.local)
+        order = np.concatenate(parts)
+        self.rest = order[need:]
+        return self.local[order[:need]].reshape(steps, self.batch_size)
+
+
+def batch_indices(work: Workload, seed: int, task: Task, batch_size: int) -> np.ndarray:
+    """Global sample indices (steps, B) of all of a task's steps (``BatchStream`` read at once)."""
+    return BatchStream(work, seed, task, batch_size).take(task.steps)
 
 
 #: CPU rule of ``auto_chunk``: a chunk's stacked parameters stay within about this many bytes.
@@ -111,7 +126,7 @@ def auto_chunk(work: Workload, device: torch.device, threads: int = 1) -> int:
     return int(min(MAX_CHUNK, max(1, CPU_CHUNK_BYTES * max(threads, 1) // max(per_client, 1))))
 
 
-#: Gather a chunk's minibatches for all its steps at once when they take at most this many bytes.
+#: A chunk's minibatches are gathered a block of steps at a time, about this many bytes a block.
 PREGATHER_BYTES = 32 << 20
 
 _MALLOC_TUNED = False
@@ -374,20 +389,13 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
         corr = {k: torch.stack([cl[k] for cl in corr_list]) for k in params}
     tmax = steps[0] if c else 0
     bs = spec.batch_size
-    idx = np.zeros((c, tmax, bs), dtype=np.int64)
-    for row, t in enumerate(tasks):
-        idx[row, : t.steps] = batch_indices(work, seed, t, bs)
-    idx_t = torch.as_tensor(idx, device=dev)
-    # the chunk's whole data in one gather when it is small (saves two indexing calls per step)
-    per_sample = work.x_train[0].numel() * work.x_train.element_size()
-    if c * tmax * bs * per_sample <= PREGATHER_BYTES:
-        x_all, y_all = work.x_train[idx_t], work.y_train[idx_t]
-    else:
-        x_all = y_all = None
-    aug = None
-    if work.augment:  # per-client draws keyed (seed, "augment", client, key): chunking-invariant
-        draws = [augment_draws(stream(seed, "augment", t.client, t.key), (tmax, bs)) for t in tasks]
-        aug = [torch.as_tensor(np.stack([d[i] for d in draws]), device=dev) for i in range(3)]
+    # minibatches (and augmentation draws) are prepared a block of `span` steps at a time, one
+    # gather per block: memory stays bounded whatever tau_i is
+    per_step = c * bs * work.x_train[0].numel() * work.x_train.element_size()
+    span = max(1, PREGATHER_BYTES // max(per_step, 1))
+    batches = [BatchStream(work, seed, t, bs) for t in tasks]
+    # per-client draws keyed (seed, "augment", client, key), prefix-stable: chunking-invariant
+    aug_rngs = [stream(seed, "augment", t.client, t.key) for t in tasks] if work.augment else None
     gens = []
     if sites:  # dropout: each client's noise from its own stream, blocks of `blk` steps (chunking-invariant)
         size = noise_size(sites, bs)
@@ -397,14 +405,24 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
             g.manual_seed(seed_int(seed, "dropout", t.client, t.key))
             gens.append(g)
     noise_all = noise = None
-    step_loss = None  # (tmax, c) minibatch losses, summed once at the end
-    # live[k] = clients still stepping at step k: a prefix of the chunk (host ints, no device sync)
-    live_at = np.searchsorted(-np.asarray(steps), -np.arange(tmax), side="left")
-    live = c
+    loss_sum = torch.zeros(c, dtype=torch.float64, device=dev)  # each client's losses, in step order
+    # a = clients still stepping at step k: a prefix of the chunk (host ints, no device sync)
+    a = live = c
     done_x: list[Tensors] = []
     done_st: list[Tensors] = []
     for k in range(tmax):
-        a = int(live_at[k])
+        while a > 0 and steps[a - 1] <= k:
+            a -= 1
+        if k % span == 0:  # the next block's minibatches, for the clients still stepping
+            nb = min(span, tmax - k)
+            idx = np.zeros((a, nb, bs), dtype=np.int64)
+            for row in range(a):
+                idx[row, : min(steps[row], k + nb) - k] = batches[row].take(min(steps[row], k + nb) - k)
+            idx_t = torch.as_tensor(idx, device=dev)
+            x_blk, y_blk = work.x_train[idx_t], work.y_train[idx_t]
+            if aug_rngs is not None:
+                draws = [augment_draws(aug_rngs[row], (nb, bs)) for row in range(c)]
+                aug = [torch.as_tensor(np.stack([d[i] for d in draws]), device=dev) for i in range(3)]
         if a < live:  # rows a..live finished: retire their whole state, step only the prefix
             done_x.append({n: v[a:] for n, v in x.items()})
             done_st.append({n: v[a:] for n, v in st.items()})
@@ -413,13 +431,10 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
             x0 = {n: v[:a] for n, v in x0.items()}
             corr = None if corr is None else {n: v[:a] for n, v in corr.items()}
             live = a
-        if x_all is not None:
-            xb, yb = x_all[:a, k], y_all[:a, k]
-        else:
-            ib = idx_t[:a, k]
-            xb, yb = work.x_train[ib], work.y_train[ib]
-        if aug is not None:
-            xb = augment_batch(xb, aug[0][:a, k], aug[1][:a, k], aug[2][:a, k], fill=work.pad_fill)
+        j = k % span
+        xb, yb = x_blk[:a, j], y_blk[:a, j]
+        if aug_rngs is not None:
+            xb = augment_batch(xb, aug[0][:a, j], aug[1][:a, j], aug[2][:a, j], fill=work.pad_fill)
         if gens:
             if k % blk == 0:  # every live client draws its next block (full blocks: same stream for any tau_i)
                 noise_all = torch.empty((a, blk, size), dtype=work.x_train.dtype, device=dev)
@@ -428,9 +443,7 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
             noise = noise_all[:a, k % blk]
         grads, loss = grad_fn(x, xb, yb, noise)
         x, st = alg.client_step(x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
-        if step_loss is None:
-            step_loss = torch.zeros((tmax, c), dtype=loss.dtype, device=dev)
-        step_loss[k, :a] = loss
+        loss_sum[:a] += loss.to(torch.float64)
     done_x.append(x)
     done_st.append(st)
     done_x.reverse()
@@ -439,5 +452,4 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     deltas = {k: final[k] - params[k].unsqueeze(0) for k in params}
     vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if spec.solver == "amsgrad" else None
     steps_t = torch.tensor(steps, dtype=torch.float64, device=dev)
-    loss_sum = step_loss.to(torch.float64).sum(0) if step_loss is not None else torch.zeros_like(steps_t)
     return deltas, loss_sum / steps_t.clamp(min=1), vhat
