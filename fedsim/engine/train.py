@@ -389,7 +389,7 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
         corr = {k: torch.stack([cl[k] for cl in corr_list]) for k in params}
     tmax = steps[0] if c else 0
     bs = spec.batch_size
-    # minibatches (and augmentation draws) are prepared a block of `span` steps at a time, one
+    # minibatches, augmentation draws and losses are handled a block of `span` steps at a time, one
     # gather per block: memory stays bounded whatever tau_i is
     per_step = c * bs * work.x_train[0].numel() * work.x_train.element_size()
     span = max(1, PREGATHER_BYTES // max(per_step, 1))
@@ -405,7 +405,8 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
             g.manual_seed(seed_int(seed, "dropout", t.client, t.key))
             gens.append(g)
     noise_all = noise = None
-    loss_sum = torch.zeros(c, dtype=torch.float64, device=dev)  # each client's losses, in step order
+    loss_sum = torch.zeros(c, dtype=torch.float64, device=dev)  # block by block
+    blk_loss = None  # (block steps, c) minibatch losses, summed at the end of each block
     # a = clients still stepping at step k: a prefix of the chunk (host ints, no device sync)
     a = live = c
     done_x: list[Tensors] = []
@@ -420,6 +421,7 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
                 idx[row, : min(steps[row], k + nb) - k] = batches[row].take(min(steps[row], k + nb) - k)
             idx_t = torch.as_tensor(idx, device=dev)
             x_blk, y_blk = work.x_train[idx_t], work.y_train[idx_t]
+            blk_loss = None
             if aug_rngs is not None:
                 draws = [augment_draws(aug_rngs[row], (nb, bs)) for row in range(c)]
                 aug = [torch.as_tensor(np.stack([d[i] for d in draws]), device=dev) for i in range(3)]
@@ -443,7 +445,11 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
             noise = noise_all[:a, k % blk]
         grads, loss = grad_fn(x, xb, yb, noise)
         x, st = alg.client_step(x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
-        loss_sum[:a] += loss.to(torch.float64)
+        if blk_loss is None:
+            blk_loss = torch.zeros((nb, c), dtype=loss.dtype, device=dev)
+        blk_loss[j, :a] = loss
+        if j == nb - 1:
+            loss_sum += blk_loss.to(torch.float64).sum(0)
     done_x.append(x)
     done_st.append(st)
     done_x.reverse()
