@@ -78,6 +78,8 @@ class BatchStream:
     def take(self, steps: int) -> np.ndarray:
         """Indices (steps, B) of the next ``steps`` steps."""
         need = steps * self.batch_size
+        if need > len(self.rest) and len(self.local) == 0:
+            raise ValueError("BatchStream: a client without samples has no minibatches")
         parts, have = [self.rest], len(self.rest)
         while have < need:
             parts.append(self.rng.permutation(len(self.local)))
