@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from fedsim.algorithms.algorithm import algorithm
 from fedsim.algorithms.presets import PRESETS
 from fedsim.algorithms.server import RoundUpdate, client_correction, server_apply, server_init
 from fedsim.algorithms.spec import resolve
@@ -70,40 +71,20 @@ def run(spec, work, rounds, steps, lr, **kw):
 def fast_run(spec, centers, steps, lr, rounds, *, p=None, weights=None, dtype=torch.float64):
     """The same algorithm on F_i = 1/2 ||x - e_i||^2 without the engine (exact gradients x - e_i).
 
-    Uses the library's pure pieces (``local_step``, ``masked``, ``a_norm``, ``server_apply``)
-    directly: fast enough for the hundreds of rounds fixed-point tests need. ``steps`` is a list
-    or a function of the round; ``lr`` a float or a function of the round.
+    Drives the clock-free ``Algorithm`` (``client_update`` / ``server_update``): fast enough for
+    the hundreds of rounds fixed-point tests need. ``steps`` is a list or a function of the round;
+    ``lr`` a float or a function of the round.
     """
-    from fedsim.algorithms.local import a_norm, init_state, local_step, masked, step_lrs
-
     e = torch.as_tensor(centers, dtype=dtype)
     m, dim = e.shape
     p = torch.full((m,), 1.0 / m, dtype=torch.float64) if p is None else torch.as_tensor(p, dtype=torch.float64)
+    alg = algorithm(spec)
     x = {"x": torch.zeros(dim, dtype=dtype)}
-    state = server_init(spec, x)
+    state = alg.init(x)
     for r in range(rounds):
         s = steps(r) if callable(steps) else steps
         lr_r = lr(r) if callable(lr) else lr
-        idx = [i for i in range(m) if s[i] > 0]
-        tau = torch.tensor([s[i] for i in idx])
-        lrs = step_lrs(spec, lr_r, int(tau.max()))
-        x0 = {"x": x["x"].expand(len(idx), dim).clone()}
-        xs = {"x": x0["x"].clone()}
-        st = init_state(spec, xs, state.vhat)
-        corr = None
-        if spec.uses_control_variates:
-            corr = {"x": torch.stack([client_correction(spec, state, i, x)["x"] for i in idx])}
-        for k in range(int(tau.max())):
-            g = {"x": xs["x"] - e[idx]}
-            nx, ns = local_step(spec, xs, g, st, lrs[k], x0=x0, corr=corr, direction=state.direction)
-            mask = tau > k
-            xs, st = masked(mask, nx, xs), (masked(mask, ns, st) if st else st)
-        w = p[idx] if weights is None else torch.as_tensor([weights[i] for i in idx], dtype=torch.float64)
-        upd = RoundUpdate(
-            clients=tuple(idx), deltas={"x": xs["x"] - x0["x"]}, weights=w,
-            a_norm=a_norm(spec, tau.tolist(), [q / lr_r for q in lrs], lr=lr_r), steps=tau.double(), lr=lr_r,
-            num_clients=m, client_p={i: float(p[i]) for i in range(m)},
-            vhat={"x": st["vhat.x"]} if spec.solver == "amsgrad" else None,
-        )
-        x, state = server_apply(spec, x, state, upd)
+        upd = alg.client_update(x, state, lambda xs, ids: {"x": xs["x"] - e[list(ids)]}, s, lr_r,
+                                weights=p.tolist() if weights is None else weights, client_p=p.tolist())
+        x, state = alg.server_update(x, state, upd)
     return x["x"], state

@@ -41,7 +41,7 @@ def fixed_point(lr, nova, rho=0.0, mu=0.0):
 
 
 def test_kappa_recursion_matches_the_closed_forms():
-    # GD: K = 1 - (1-lr)^tau ; prox: K' / (1 + mu), K' = 1 - (1 - lr(1+mu))^tau (ALGORITHMS.md)
+    # GD: K = 1 - (1-lr)^tau ; prox: K' / (1 + mu), K' = 1 - (1 - lr(1+mu))^tau (docs/algorithms.md)
     assert kappa(7, 0.1) == pytest.approx(1 - 0.9**7, rel=1e-14)
     assert kappa(7, 0.1, mu=0.5) == pytest.approx((1 - (1 - 0.15) ** 7) / 1.5, rel=1e-14)
 

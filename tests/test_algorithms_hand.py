@@ -1,4 +1,4 @@
-"""Rounds computed by hand (plain numpy, from the equations in ALGORITHMS.md) on tiny quadratic
+"""Rounds computed by hand (plain numpy, from the equations in docs/algorithms.md) on tiny quadratic
 toys F_i(x) = 1/2 ||x - e_i||^2, against the engine path (train_cohort + server_apply).
 
 Two or three rounds each, so that persistent state (server moments, control variates, global
@@ -200,3 +200,32 @@ def test_fednova_vr_with_momentum():
     got, state = engine("fednova_vr", 3, steps=TAU3, centers=E3, p=p, momentum=rho)
     np.testing.assert_allclose(got, x, rtol=1e-12)
     np.testing.assert_allclose(state.c["x"].numpy(), c, rtol=1e-12)
+
+
+def test_fednova_hybrid_momentum_buffer_in_gradient_units_across_a_milestone():
+    """FedNova's hybrid momentum (paper section 5; official code distoptim/FedNova.py ``average``):
+    b = beta b + d / eta_t, x += eta_t b, with the local lr eta_t dropping 10x at round 2. FedAvgM
+    on the same rounds keeps Flower's v = beta v + d, which ignores eta_t (issue 12 item 20)."""
+    beta, lrs = 0.9, [0.1, 0.1, 0.01, 0.01]
+    p = np.array([0.2, 0.3, 0.5])
+    x, b = np.zeros(2), np.zeros(2)
+    xm, v = np.zeros(2), np.zeros(2)
+    for eta in lrs:
+        deltas = [local_gd(x, E3[i], TAU3[i], eta) for i in range(3)]
+        d = (p @ TAU3) * sum(p[i] * deltas[i] / TAU3[i] for i in range(3))
+        b = beta * b + d / eta
+        x = x + eta * b
+        dm = sum(p[i] * local_gd(xm, E3[i], TAU3[i], eta) for i in range(3))
+        v = beta * v + dm
+        xm = xm + v
+    for name, want, buf in (("fednova", x, b * lrs[-1]), ("fedavgm", xm, v)):
+        over = {"server_momentum": beta} if name == "fednova" else {}
+        spec = spec_for(name, **over)
+        work = quadratic_work(E3, p)
+        params, state = start(spec, work)
+        for r, eta in enumerate(lrs):
+            params, state, _ = run_round(spec, work, params, state, TAU3, eta, key=r)
+        np.testing.assert_allclose(params["x"].numpy(), want, rtol=1e-13, err_msg=name)
+        np.testing.assert_allclose(state.opt["v.x"].numpy(), buf, rtol=1e-13, err_msg=name)
+    # the rules differ after the milestone (and only then)
+    assert np.linalg.norm(x - xm) > 1e-3

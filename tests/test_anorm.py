@@ -1,5 +1,5 @@
 """||a_i||_1, the local progress FedNova normalizes by (Wang et al. 2020, section 4 and table in
-ALGORITHMS.md section 1), against closed forms and against brute-force coefficient tracking.
+docs/algorithms.md, "Progress"), against closed forms and against brute-force coefficient tracking.
 
 Brute force: run the *real* local solver on a linear problem whose gradient at step k is the
 basis vector e_k (so it does not depend on x). The solver is linear in its gradients, so after
@@ -198,3 +198,19 @@ def test_masked_freezes_whole_state():
     fx, fs = masked(mask, nx, x), masked(mask, ns, st)
     assert torch.equal(fx["w"][1], x["w"][1]) and torch.equal(fs["buf.w"][1], st["buf.w"][1])
     assert torch.equal(fx["w"][0], nx["w"][0]) and torch.equal(fs["buf.w"][0], ns["buf.w"][0])
+
+
+def test_step_lrs_are_computed_when_read():
+    """Issue 12 item 12: no list of every step's lr. Entries equal the stored lists of earlier
+    versions bit for bit (lr * gamma**k, and the ratio as the quotient), at any step index."""
+    from fedsim.algorithms.local import StepLrs
+
+    lr, gamma = 0.07, 0.93
+    lazy = StepLrs(lr, gamma)
+    stored = [lr * gamma**k for k in range(40)]
+    assert [lazy[k] for k in range(40)] == stored
+    assert [lazy.ratios()[k] for k in range(40)] == [q / lr for q in stored]
+    assert lazy[10**12] == lr * gamma ** (10**12) and StepLrs(lr, 1.0)[10**12] == lr
+    spec = spec_for("fednova", momentum=0.7, mu=1.0, lr_decay=gamma)
+    a = a_norm(spec, [1, 4, 13, 0, 40], [q / lr for q in stored], lr=lr)
+    assert torch.equal(a_norm(spec, [1, 4, 13, 0, 40], lazy.ratios(), lr=lr), a)

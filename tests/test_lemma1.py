@@ -3,7 +3,7 @@
 F_i(x) = 1/2 ||x - e_i||^2, exact gradients. In a window W with latency L and constant speed s_i,
 tau_i = floor((W - 2L) s_i). One round of tau_i GD steps gives Delta_i = K_i (e_i - x) with
 K_i = 1 - (1 - lr)^tau_i, so FedAvg's fixed point is sum p_i K_i e_i / sum p_i K_i and FedNova's
-uses weights p_i K_i / tau_i (ALGORITHMS.md section 1).
+uses weights p_i K_i / tau_i (docs/algorithms.md, "Aggregation").
 """
 
 from pathlib import Path

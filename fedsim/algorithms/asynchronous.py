@@ -1,11 +1,11 @@
-"""Asynchronous server rules: staleness weights, FedBuff buffers and FedAsync mixing (pure functions).
+"""Asynchronous server rules: staleness weights, FedBuff buffers and FedAsync mixing (small frozen values).
 
 Notation: job k downloaded server version v_k, trained tau_k local steps from x^{v_k} and reports
 Delta_k = y_k - x^{v_k} (its local model minus the model it started from) with ||a_k||_1 and the
 client's weight p_k; s_k = staleness = server updates applied between its download and the update
 that uses it; x is the current global model (version v = the update index).
 
-Staleness weights w(s) (Xie et al. 2019, FedAsync, section 5.2; ALGORITHMS.md section 7):
+Staleness weights w(s) (Xie et al. 2019, FedAsync, section 5.2; docs/algorithms.md):
     constant:   w(s) = 1
     polynomial: w(s) = (1 + s)^-a                       a = staleness_exponent (FedBuff: a = 0.5)
     hinge:      w(s) = 1 if s <= b else 1 / (a (s - b) + 1)      a = hinge_a, b = hinge_b
@@ -42,27 +42,84 @@ from dataclasses import dataclass
 
 import torch
 
-from .server import server_opt_apply
+from .aggregate import weighted_sum
+from .algorithm import algorithm
 from .spec import AlgoSpec
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["staleness_weight", "Arrivals", "NormState", "async_coefficients", "async_apply"]
+__all__ = [
+    "Staleness", "FedBuff", "FedAsync", "async_rule", "staleness_weight", "Arrivals", "NormState",
+    "async_coefficients", "async_apply",
+]
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """w(s): ``constant`` 1; ``polynomial`` (1 + s)^-exponent; ``hinge`` 1 if s <= b else 1 / (a (s - b) + 1)."""
+
+    kind: str = "polynomial"
+    exponent: float = 0.5
+    hinge_a: float = 10.0
+    hinge_b: float = 4.0
+
+    def __call__(self, s: int | float) -> float:
+        s = float(s)
+        if s < 0:
+            raise ValueError(f"staleness must be >= 0, got {s}")
+        if self.kind == "constant":
+            return 1.0
+        if self.kind == "polynomial":
+            return (1.0 + s) ** (-self.exponent)
+        if self.kind == "hinge":
+            b = self.hinge_b
+            return 1.0 if s <= b else 1.0 / (self.hinge_a * (s - b) + 1.0)
+        raise ValueError(f"unknown staleness function {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class FedBuff:
+    """Nguyen et al. 2022, Algorithm 1: c_k = q_k w(s_k), d = sum_k c_k Delta_k."""
+
+    staleness: Staleness
+
+    def coefficients(self, weights: torch.Tensor, staleness: torch.Tensor) -> torch.Tensor:
+        """c_k = q_k w(s_k), q_k = p_k / sum_j p_j (all zero when every p_k is 0), float64."""
+        total = float(weights.sum())
+        if not total > 0:
+            return torch.zeros(len(weights), dtype=torch.float64)
+        q = weights.to(torch.float64) / total
+        w = torch.tensor([self.staleness(float(s)) for s in staleness], dtype=torch.float64)
+        return q * w
+
+    def pseudo_gradient(self, params: Tensors, starts: Tensors | None, deltas: Tensors, coef: torch.Tensor) -> Tensors:
+        return {k: weighted_sum(coef, deltas[k]) for k in params}
+
+
+@dataclass(frozen=True)
+class FedAsync:
+    """Xie et al. 2019: c_k = mixing q_k w(s_k) (= a_s for one arrival), d = sum_k c_k (x^{v_k} + Delta_k - x)."""
+
+    staleness: Staleness
+    mixing: float = 0.6
+
+    def coefficients(self, weights: torch.Tensor, staleness: torch.Tensor) -> torch.Tensor:
+        return self.mixing * FedBuff(self.staleness).coefficients(weights, staleness)
+
+    def pseudo_gradient(self, params: Tensors, starts: Tensors | None, deltas: Tensors, coef: torch.Tensor) -> Tensors:
+        # the mixing toward the clients' models
+        return {k: weighted_sum(coef, starts[k] + deltas[k] - params[k].unsqueeze(0)) for k in params}
+
+
+def async_rule(spec: AlgoSpec) -> FedBuff | FedAsync:
+    """The asynchronous rule of ``spec`` (``FedBuff`` or ``FedAsync``)."""
+    w = Staleness(spec.staleness, spec.staleness_exponent, spec.hinge_a, spec.hinge_b)
+    return FedAsync(w, spec.mixing) if spec.asynchronous == "fedasync" else FedBuff(w)
 
 
 def staleness_weight(spec: AlgoSpec, s: int | float) -> float:
     """w(s) of ``spec.staleness`` (constant | polynomial | hinge) for staleness ``s >= 0``."""
-    s = float(s)
-    if s < 0:
-        raise ValueError(f"staleness must be >= 0, got {s}")
-    if spec.staleness == "constant":
-        return 1.0
-    if spec.staleness == "polynomial":
-        return (1.0 + s) ** (-spec.staleness_exponent)
-    if spec.staleness == "hinge":
-        b = spec.hinge_b
-        return 1.0 if s <= b else 1.0 / (spec.hinge_a * (s - b) + 1.0)
-    raise ValueError(f"unknown staleness function {spec.staleness!r}")
+    return async_rule(spec).staleness(s)
 
 
 @dataclass(frozen=True)
@@ -97,34 +154,21 @@ def async_coefficients(spec: AlgoSpec, weights: torch.Tensor, staleness: torch.T
     A buffer whose clients all have p_k = 0 gets all-zero coefficients (no change), as a
     synchronous round in which only zero-weight clients reported.
     """
-    total = float(weights.sum())
-    if not total > 0:
-        return torch.zeros(len(weights), dtype=torch.float64)
-    q = weights.to(torch.float64) / total
-    w = torch.tensor([staleness_weight(spec, float(s)) for s in staleness], dtype=torch.float64)
-    c = q * w
-    return spec.mixing * c if spec.asynchronous == "fedasync" else c
-
-
-def _wsum(w: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    return torch.tensordot(w.to(device=t.device, dtype=t.dtype), t, dims=1)
+    return async_rule(spec).coefficients(weights, staleness)
 
 
 def async_apply(
     spec: AlgoSpec, params: Tensors, opt: Tensors, arr: Arrivals, norm: NormState
 ) -> tuple[Tensors, Tensors, NormState, torch.Tensor]:
     """One asynchronous server update; returns (params, optimizer state, norm state, c_k)."""
-    coef = async_coefficients(spec, arr.weights, arr.staleness)
+    rule = async_rule(spec)
+    coef = rule.coefficients(arr.weights, arr.staleness)
     deltas = arr.deltas
     if spec.normalize_async:
         norm = norm.add(arr)
         scale = norm.tau_eff / arr.a_norm
         deltas = {k: d * scale.to(device=d.device, dtype=d.dtype).reshape((-1,) + (1,) * (d.dim() - 1))
                   for k, d in deltas.items()}
-    if spec.asynchronous == "fedasync":
-        # d = sum_k c_k (x^{v_k} + Delta_k - x): the mixing toward the clients' models
-        d = {k: _wsum(coef, arr.starts[k] + deltas[k] - params[k].unsqueeze(0)) for k in params}
-    else:
-        d = {k: _wsum(coef, deltas[k]) for k in params}
-    new_params, new_opt = server_opt_apply(spec, params, d, opt)
+    d = rule.pseudo_gradient(params, arr.starts, deltas, coef)
+    new_params, new_opt = algorithm(spec).server_step(params, d, opt)
     return new_params, new_opt, norm, coef

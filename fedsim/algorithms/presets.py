@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-__all__ = ["PRESETS", "preset"]
+__all__ = ["PRESETS", "BASE", "preset"]
 
-_BASE = dict(
+#: The parts every preset starts from (a synchronous FedAvg).
+BASE = MappingProxyType(dict(
     solver="sgd",
     momentum=0.0,
     mu=0.0,
@@ -27,11 +28,11 @@ _BASE = dict(
     server_eps=1e-3,
     share_vhat=False,
     asynchronous=None,
-)
+))
 
 
 def _p(**kw):
-    d = dict(_BASE)
+    d = dict(BASE)
     d.update(kw)
     return MappingProxyType(d)
 

@@ -11,12 +11,12 @@ which the scenario loader turns into exit status 2.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from .lr import round_lr
 from .presets import PRESETS, preset
 
-__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION"]
+__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION", "OVERRIDABLE"]
 
 #: Corrections that keep per-client control variates (SCAFFOLD family).
 CONTROL_VARIATES = ("scaffold", "vrlsgd", "nova_vr")
@@ -35,7 +35,7 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class AlgoSpec:
-    """Every part of an algorithm, resolved (see ``the README (Algorithms)`` for the table)."""
+    """Every part of an algorithm, resolved (docs/algorithms.md)."""
 
     name: str
     lr: float
@@ -89,14 +89,12 @@ class AlgoSpec:
         milestone fraction f already passed: rounds ``>= ceil(f * total_rounds)`` (FedNova: /10
         after 50% and /100 after 75% of the rounds with ``[0.5, 0.75]`` and factor 0.1).
         """
-        lr = self.lr * self.lr_round_decay**round_index
-        for frac in self.lr_milestones:
-            if round_index >= math.ceil(frac * total_rounds - 1e-9):
-                lr *= self.lr_milestone_factor
-        return lr
+        return round_lr(self.lr, self.lr_round_decay, self.lr_milestones, self.lr_milestone_factor,
+                        round_index, total_rounds)
 
 
-_OVERRIDABLE = (
+#: Keys a preset fills when the scenario leaves them unset (``None``).
+OVERRIDABLE = (
     "momentum mu solver correction amend aggregation tau_eff server_opt server_lr "
     "server_momentum server_betas server_eps share_vhat"
 ).split()
@@ -107,7 +105,7 @@ def resolve(cfg) -> AlgoSpec:
     if cfg.name not in PRESETS:
         raise SpecError("algorithm.name", f"unknown algorithm {cfg.name!r}; known: {', '.join(sorted(PRESETS))}")
     base = dict(preset(cfg.name))
-    explicit = {key for key in _OVERRIDABLE if getattr(cfg, key) is not None}
+    explicit = {key for key in OVERRIDABLE if getattr(cfg, key) is not None}
     for key in explicit:
         base[key] = getattr(cfg, key)
     _follow_overrides(base, explicit)

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import vmap
 
-from ..algorithms.local import a_norm, init_state, local_step
+from ..algorithms.algorithm import Algorithm, algorithm
+from ..algorithms.lr import StepLrs
 from ..algorithms.spec import AlgoSpec
 from ..models.dropout import dropout_noise, keyed_dropout_sites, site_shapes
 from ..rng import seed_int, stream
@@ -36,7 +37,7 @@ from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["Task", "CohortResult", "train_cohort", "batch_indices", "auto_chunk", "cohort_grad", "stacked_forward"]
+__all__ = ["Task", "CohortResult", "train_cohort", "BatchStream", "batch_indices", "auto_chunk", "cohort_grad", "stacked_forward"]
 
 
 @dataclass(frozen=True)
@@ -58,22 +59,39 @@ class CohortResult:
     vhat: Tensors | None  # final AMSGrad v_hat, stacked
 
 
-def batch_indices(work: Workload, seed: int, task: Task, batch_size: int) -> np.ndarray:
-    """Global sample indices (steps, B) for a task: an endless stream of per-epoch permutations.
+class BatchStream:
+    """A task's global sample indices, read a block of steps at a time: an endless stream of
+    per-epoch permutations keyed by (seed, "batches", client, key).
 
     Each epoch is a fresh permutation of the client's samples (sampling without replacement,
     reshuffled every epoch); step k takes the next B indices of the stream, so tau = floor(E n_i/B)
-    steps consume E epochs. The stream is keyed by (seed, "batches", client, key).
+    steps consume E epochs. Permutations are drawn when needed, so reading the steps in blocks
+    gives the same indices as reading them at once.
     """
-    local = work.client_indices[task.client]
-    n = len(local)
-    need = task.steps * batch_size
-    if need == 0:
-        return np.zeros((0, batch_size), dtype=np.int64)
-    rng = stream(seed, "batches", task.client, task.key)
-    epochs = -(-need // n)
-    order = np.concatenate([rng.permutation(n) for _ in range(epochs)])[:need]
-    return local[order].reshape(task.steps, batch_size)
+
+    def __init__(self, work: Workload, seed: int, task: Task, batch_size: int):
+        self.local = work.client_indices[task.client]
+        self.rng = stream(seed, "batches", task.client, task.key)
+        self.batch_size = batch_size
+        self.rest = np.zeros(0, dtype=np.int64)  # drawn, not yet read
+
+    def take(self, steps: int) -> np.ndarray:
+        """Indices (steps, B) of the next ``steps`` steps."""
+        need = steps * self.batch_size
+        if need > len(self.rest) and len(self.local) == 0:
+            raise ValueError("BatchStream: a client without samples has no minibatches")
+        parts, have = [self.rest], len(self.rest)
+        while have < need:
+            parts.append(self.rng.permutation(len(self.local)))
+            have += len(self.local)
+        order = np.concatenate(parts)
+        self.rest = order[need:]
+        return self.local[order[:need]].reshape(steps, self.batch_size)
+
+
+def batch_indices(work: Workload, seed: int, task: Task, batch_size: int) -> np.ndarray:
+    """Global sample indices (steps, B) of all of a task's steps (``BatchStream`` read at once)."""
+    return BatchStream(work, seed, task, batch_size).take(task.steps)
 
 
 #: CPU rule of ``auto_chunk``: a chunk's stacked parameters stay within about this many bytes.
@@ -110,7 +128,7 @@ def auto_chunk(work: Workload, device: torch.device, threads: int = 1) -> int:
     return int(min(MAX_CHUNK, max(1, CPU_CHUNK_BYTES * max(threads, 1) // max(per_client, 1))))
 
 
-#: Gather a chunk's minibatches for all its steps at once when they take at most this many bytes.
+#: A chunk's minibatches are gathered a block of steps at a time, about this many bytes a block.
 PREGATHER_BYTES = 32 << 20
 
 _MALLOC_TUNED = False
@@ -314,10 +332,10 @@ def train_cohort(
     function of (seed, client, key, step) only -- the same for any chunking or torchrun rank
     count. Models without dropout (or in eval mode) draw no noise.
     """
+    alg = algorithm(spec)  # the chains, built once per spec
     n = len(tasks)
     order = sorted(range(n), key=lambda j: (-tasks[j].steps, j))
-    max_steps = max((t.steps for t in tasks), default=0)
-    lrs = [round_lr * spec.lr_decay**k for k in range(max_steps)]
+    lrs = StepLrs(round_lr, spec.lr_decay)  # read per step: nothing stored per step
     if work.x_train.device.type == "cpu":
         tune_allocator()
     sites = dropout_plan(work)
@@ -327,10 +345,9 @@ def train_cohort(
     for start in range(0, n, size):
         chunk_tasks = [tasks[j] for j in order[start : start + size]]
         pieces.append(
-            _run_chunk(work, spec, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites)
+            _run_chunk(work, alg, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites)
         )
     steps = [t.steps for t in tasks]
-    ratios = [lr / round_lr for lr in lrs]
     if n == 0:
         return CohortResult((), {}, torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64),
                             torch.zeros(0, dtype=torch.float64), None)
@@ -342,7 +359,7 @@ def train_cohort(
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
-        a_norm=a_norm(spec, steps, ratios, lr=round_lr),
+        a_norm=alg.a_norm(steps, lrs.ratios(), lr=round_lr),
         steps=torch.tensor(steps, dtype=torch.float64),
         loss=losses,
         vhat=vhat,
@@ -357,8 +374,9 @@ def _stack(t: Tensors, c: int) -> Tensors:
     return {k: v.unsqueeze(0).expand((c,) + v.shape).clone() for k, v in t.items()}
 
 
-def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites):
+def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites):
     """Steps of one chunk (tasks sorted by steps, longest first): (deltas, mean loss, v_hat)."""
+    spec = alg.spec
     c = len(tasks)
     dev = work.x_train.device
     steps = [t.steps for t in tasks]
@@ -366,27 +384,20 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
         raise ValueError("_run_chunk: tasks must be sorted by steps, longest first")
     x0 = {k: v.unsqueeze(0).expand((c,) + v.shape) for k, v in params.items()}  # a view, never written
     x = _stack(params, c)
-    st = init_state(spec, x, vhat0)
+    st = alg.client_init(x, vhat0)
     corr_list = [correction(t.client) for t in tasks]
     corr = None
     if corr_list[0] is not None:
         corr = {k: torch.stack([cl[k] for cl in corr_list]) for k in params}
     tmax = steps[0] if c else 0
     bs = spec.batch_size
-    idx = np.zeros((c, tmax, bs), dtype=np.int64)
-    for row, t in enumerate(tasks):
-        idx[row, : t.steps] = batch_indices(work, seed, t, bs)
-    idx_t = torch.as_tensor(idx, device=dev)
-    # the chunk's whole data in one gather when it is small (saves two indexing calls per step)
-    per_sample = work.x_train[0].numel() * work.x_train.element_size()
-    if c * tmax * bs * per_sample <= PREGATHER_BYTES:
-        x_all, y_all = work.x_train[idx_t], work.y_train[idx_t]
-    else:
-        x_all = y_all = None
-    aug = None
-    if work.augment:  # per-client draws keyed (seed, "augment", client, key): chunking-invariant
-        draws = [augment_draws(stream(seed, "augment", t.client, t.key), (tmax, bs)) for t in tasks]
-        aug = [torch.as_tensor(np.stack([d[i] for d in draws]), device=dev) for i in range(3)]
+    # minibatches, augmentation draws and losses are handled a block of `span` steps at a time, one
+    # gather per block: memory stays bounded whatever tau_i is
+    per_step = c * bs * work.x_train[0].numel() * work.x_train.element_size()
+    span = max(1, PREGATHER_BYTES // max(per_step, 1))
+    batches = [BatchStream(work, seed, t, bs) for t in tasks]
+    # per-client draws keyed (seed, "augment", client, key), prefix-stable: chunking-invariant
+    aug_rngs = [stream(seed, "augment", t.client, t.key) for t in tasks] if work.augment else None
     gens = []
     if sites:  # dropout: each client's noise from its own stream, blocks of `blk` steps (chunking-invariant)
         size = noise_size(sites, bs)
@@ -396,14 +407,26 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
             g.manual_seed(seed_int(seed, "dropout", t.client, t.key))
             gens.append(g)
     noise_all = noise = None
-    step_loss = None  # (tmax, c) minibatch losses, summed once at the end
-    # live[k] = clients still stepping at step k: a prefix of the chunk (host ints, no device sync)
-    live_at = np.searchsorted(-np.asarray(steps), -np.arange(tmax), side="left")
-    live = c
+    loss_sum = torch.zeros(c, dtype=torch.float64, device=dev)  # block by block
+    blk_loss = None  # (block steps, c) minibatch losses, summed at the end of each block
+    # a = clients still stepping at step k: a prefix of the chunk (host ints, no device sync)
+    a = live = c
     done_x: list[Tensors] = []
     done_st: list[Tensors] = []
     for k in range(tmax):
-        a = int(live_at[k])
+        while a > 0 and steps[a - 1] <= k:
+            a -= 1
+        if k % span == 0:  # the next block's minibatches, for the clients still stepping
+            nb = min(span, tmax - k)
+            idx = np.zeros((a, nb, bs), dtype=np.int64)
+            for row in range(a):
+                idx[row, : min(steps[row], k + nb) - k] = batches[row].take(min(steps[row], k + nb) - k)
+            idx_t = torch.as_tensor(idx, device=dev)
+            x_blk, y_blk = work.x_train[idx_t], work.y_train[idx_t]
+            blk_loss = None
+            if aug_rngs is not None:
+                draws = [augment_draws(aug_rngs[row], (nb, bs)) for row in range(c)]
+                aug = [torch.as_tensor(np.stack([d[i] for d in draws]), device=dev) for i in range(3)]
         if a < live:  # rows a..live finished: retire their whole state, step only the prefix
             done_x.append({n: v[a:] for n, v in x.items()})
             done_st.append({n: v[a:] for n, v in st.items()})
@@ -412,13 +435,10 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
             x0 = {n: v[:a] for n, v in x0.items()}
             corr = None if corr is None else {n: v[:a] for n, v in corr.items()}
             live = a
-        if x_all is not None:
-            xb, yb = x_all[:a, k], y_all[:a, k]
-        else:
-            ib = idx_t[:a, k]
-            xb, yb = work.x_train[ib], work.y_train[ib]
-        if aug is not None:
-            xb = augment_batch(xb, aug[0][:a, k], aug[1][:a, k], aug[2][:a, k], fill=work.pad_fill)
+        j = k % span
+        xb, yb = x_blk[:a, j], y_blk[:a, j]
+        if aug_rngs is not None:
+            xb = augment_batch(xb, aug[0][:a, j], aug[1][:a, j], aug[2][:a, j], fill=work.pad_fill)
         if gens:
             if k % blk == 0:  # every live client draws its next block (full blocks: same stream for any tau_i)
                 noise_all = torch.empty((a, blk, size), dtype=work.x_train.dtype, device=dev)
@@ -426,10 +446,12 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
                     torch.rand((blk, size), generator=gens[row], dtype=noise_all.dtype, device=dev, out=noise_all[row])
             noise = noise_all[:a, k % blk]
         grads, loss = grad_fn(x, xb, yb, noise)
-        x, st = local_step(spec, x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
-        if step_loss is None:
-            step_loss = torch.zeros((tmax, c), dtype=loss.dtype, device=dev)
-        step_loss[k, :a] = loss
+        x, st = alg.client_step(x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
+        if blk_loss is None:
+            blk_loss = torch.zeros((nb, c), dtype=loss.dtype, device=dev)
+        blk_loss[j, :a] = loss
+        if j == nb - 1:
+            loss_sum += blk_loss.to(torch.float64).sum(0)
     done_x.append(x)
     done_st.append(st)
     done_x.reverse()
@@ -438,5 +460,4 @@ def _run_chunk(work, spec, params, tasks, lrs, seed, grad_fn, correction, direct
     deltas = {k: final[k] - params[k].unsqueeze(0) for k in params}
     vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if spec.solver == "amsgrad" else None
     steps_t = torch.tensor(steps, dtype=torch.float64, device=dev)
-    loss_sum = step_loss.to(torch.float64).sum(0) if step_loss is not None else torch.zeros_like(steps_t)
     return deltas, loss_sum / steps_t.clamp(min=1), vhat

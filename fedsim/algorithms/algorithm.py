@@ -1,0 +1,231 @@
+"""An algorithm as a value: the chains of one resolved :class:`AlgoSpec`, built once, clock-free.
+
+``Algorithm.build(spec)`` (cached: :func:`algorithm`) assembles the pieces of ``transforms.py``:
+
+    local  (SGD family): clip -> weight decay -> correction -> momentum trace -> prox -> amend
+    local  (Adam/AMSGrad): clip -> weight decay -> correction -> prox -> Adam/AMSGrad scaling -> amend
+           (each piece only where the spec uses it)
+    step:  x <- x - lr_k * u
+    shadow: the local chain without clip, weight decay and correction (the rule a_i of ``a_norm``)
+    server: aggregate (avg | nova) -> [momentum trace | Adam/Yogi/Adagrad scaling] -> eta_g; x <- x + u
+
+and drives them: ``init`` (server state), ``client_step`` / ``client_update`` (local training of
+stacked clients on any gradient oracle), ``a_norm`` (the shadow run), ``server_update``. The engine
+uses the same object through the functions of ``local.py`` and ``server.py``. docs/algorithms.md
+gives the equations and citations.
+
+Driving one round by hand (tests, notebooks)::
+
+    alg = algorithm(resolve(AlgorithmConfig(name="fednova")))
+    params = {"x": torch.zeros(2, dtype=torch.float64)}
+    state = alg.init(params)
+    upd = alg.client_update(params, state, grad, steps=[2, 3], lr=0.1, weights=[0.5, 0.5])
+    params, state = alg.server_update(params, state, upd)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Callable, Sequence
+
+import torch
+
+from . import transforms as T
+from .aggregate import Average, Nova
+from .lr import StepLrs
+from .spec import AlgoSpec
+from .state import RoundUpdate, ServerState, global_direction, shared_vhat, update_control_variates
+
+Tensors = dict[str, torch.Tensor]
+
+__all__ = ["Algorithm", "algorithm", "masked"]
+
+
+def local_pieces(spec: AlgoSpec) -> tuple[T.Transform, ...]:
+    """The local solver's pieces, in order."""
+    p: list[T.Transform] = []
+    if spec.clip_norm is not None:
+        p.append(T.clip_by_client_norm(spec.clip_norm))
+    if spec.weight_decay:
+        p.append(T.add_weight_decay(spec.weight_decay))
+    if spec.uses_control_variates:
+        p.append(T.add_correction())
+    if spec.adaptive:
+        if spec.mu > 0:
+            p.append(T.add_prox(spec.mu))  # part of the objective the solver preconditions
+        p.append(T.scale_by_adam(*spec.betas, spec.eps, amsgrad=spec.solver == "amsgrad"))
+    else:
+        if spec.momentum > 0:
+            p.append(T.trace(spec.momentum, "buf."))
+        if spec.mu > 0:
+            p.append(T.add_prox(spec.mu))  # on the step, outside the momentum buffer
+    if spec.amend != 1.0:
+        p.append(T.amend(spec.amend))
+    return tuple(p)
+
+
+def server_chain(spec: AlgoSpec) -> T.Transform:
+    """The server optimizer on the pseudo-gradient d; its output is added to x."""
+    lr = spec.server_lr
+    if spec.server_opt == "sgd":
+        return T.chain(T.scale(lr))
+    if spec.server_opt == "momentum":
+        return T.chain(T.trace(spec.server_momentum, "v.", follow_lr=spec.aggregation == "nova"), T.scale(lr))
+    b1, b2 = spec.server_betas
+    return T.chain(T.scale_by_adam(b1, b2, spec.server_eps, second_moment=spec.server_opt, eps_in_root=False, lr=lr))
+
+
+def _bcast(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return t.reshape(t.shape + (1,) * (like.dim() - t.dim()))
+
+
+def masked(mask: torch.Tensor, new: Tensors, old: Tensors) -> Tensors:
+    """Per client: ``new`` where mask is True, else ``old`` (mask has shape (clients,))."""
+    return {k: torch.where(_bcast(mask, v), v, old[k]) for k, v in new.items()}
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """The chains of one resolved spec (see the module docstring)."""
+
+    spec: AlgoSpec
+    local: T.Transform
+    shadow: T.Transform
+    server: T.Transform
+    aggregate: Callable[[RoundUpdate], Tensors]
+
+    @classmethod
+    def build(cls, spec: AlgoSpec) -> "Algorithm":
+        pieces = local_pieces(spec)
+        agg = Nova(spec.tau_eff) if spec.aggregation == "nova" else Average()
+        return cls(spec, T.chain(*pieces), T.shadow(*pieces), server_chain(spec), agg)
+
+    # -- clients ---------------------------------------------------------------------------------
+    def client_init(self, params: Tensors, vhat0: Tensors | None = None) -> Tensors:
+        """Local solver state for stacked ``params``; ``vhat0`` (unstacked) seeds AMSGrad's v_hat."""
+        return self.local.init(params, vhat0)
+
+    def client_step(self, params: Tensors, grads: Tensors, state: Tensors, lr: float | torch.Tensor, *,
+                    x0: Tensors | None = None, corr=None, direction=None) -> tuple[Tensors, Tensors]:
+        """One local step of stacked clients: u from the local chain, then x - lr * u."""
+        u, st = self.local.update(grads, state, T.Context(params, x0, corr, direction))
+        return {k: x - lr * u[k] for k, x in params.items()}, st
+
+    def correction(self, state: ServerState, client: int, like: Tensors) -> Tensors | None:
+        """Additive gradient correction c - c_i (None without control variates; unseen c_i = 0)."""
+        if not self.spec.uses_control_variates:
+            return None
+        ci = state.c_clients.get(client)
+        if ci is None:
+            return {k: state.c[k].clone() for k in like}
+        return {k: state.c[k] - ci[k] for k in like}
+
+    def a_norm(self, steps: Sequence[int] | torch.Tensor, lr_ratios, lr: float | None = None) -> torch.Tensor:
+        """||a_i||_1 per client by the shadow run (float64): x0 = 0, every gradient 1, D = 1, the
+        round's lr ratios; ||a_i||_1 = -x / lr after tau_i steps (FedNova eq. (6)). tau_i for the
+        adaptive solvers, which are not linear in the gradients."""
+        steps_t = torch.as_tensor(steps, dtype=torch.float64)
+        if self.spec.adaptive:
+            return steps_t.clone()
+        if self.spec.mu > 0 and lr is None:
+            raise ValueError("a_norm: lr is needed when mu > 0 (the prox factor is 1 - lr * mu)")
+        # Without prox the rule is linear in lr: run at lr 1 so ||a_i||_1 is exact (no rounding).
+        eta = 1.0 if (lr is None or self.spec.mu == 0) else float(lr)
+        n = steps_t.shape[0]
+        x = {"x": torch.zeros(n, dtype=torch.float64)}
+        x0 = {"x": torch.zeros(n, dtype=torch.float64)}
+        one = {"x": torch.ones(n, dtype=torch.float64)}
+        st = self.shadow.init(x, None)
+        for k in range(int(steps_t.max().item()) if n else 0):
+            u, ns = self.shadow.update(one, st, T.Context(x, x0, None, one))
+            lr_k = eta * lr_ratios[k]
+            nx = {"x": x["x"] - lr_k * u["x"]}
+            mask = steps_t > k
+            x, st = masked(mask, nx, x), masked(mask, ns, st)
+        return -x["x"] / eta
+
+    def client_update(
+        self,
+        params: Tensors,
+        state: ServerState,
+        grad: Callable[[Tensors, tuple[int, ...]], Tensors],
+        steps: Sequence[int],
+        lr: float,
+        *,
+        weights: Sequence[float],
+        client_p: Sequence[float] | None = None,
+    ) -> RoundUpdate:
+        """One round of local work by clients ``0..len(steps)-1`` on a gradient oracle (no clock).
+
+        Args:
+            params: the global model x (unstacked).
+            state: the server state (corrections, direction, v_hat come from it).
+            grad: ``grad(x stacked, clients) -> gradients`` (row j belongs to ``clients[j]``).
+            steps: tau_i per client; clients with 0 steps do not report.
+            lr: the round's local lr (per-step decay from the spec).
+            weights: w_i per client (those of reporting clients are used).
+            client_p: p_i of every client (SCAFFOLD's c = sum p_i c_i); default 1/N.
+        """
+        ids = tuple(i for i, s in enumerate(steps) if s > 0)
+        tau = torch.tensor([steps[i] for i in ids])
+        n = len(ids)
+        x0 = {k: v.unsqueeze(0).expand((n,) + v.shape) for k, v in params.items()}
+        xs = {k: v.clone() for k, v in x0.items()}
+        st = self.client_init(xs, state.vhat)
+        corr = None
+        if self.spec.uses_control_variates:
+            cs = [self.correction(state, i, params) for i in ids]
+            corr = {k: torch.stack([c[k] for c in cs]) for k in params}
+        lrs = StepLrs(lr, self.spec.lr_decay)
+        for k in range(int(tau.max()) if n else 0):
+            nx, ns = self.client_step(xs, grad(xs, ids), st, lrs[k], x0=x0, corr=corr, direction=state.direction)
+            mask = tau > k
+            xs, st = masked(mask, nx, xs), masked(mask, ns, st)
+        p = client_p if client_p is not None else [1.0 / len(steps)] * len(steps)
+        return RoundUpdate(
+            clients=ids, deltas={k: xs[k] - x0[k] for k in params},
+            weights=torch.tensor([float(weights[i]) for i in ids], dtype=torch.float64),
+            a_norm=self.a_norm(tau.tolist(), lrs.ratios(), lr=lr), steps=tau.double(), lr=lr,
+            num_clients=len(steps), client_p={i: float(q) for i, q in enumerate(p)},
+            vhat={k: st["vhat." + k] for k in params} if self.spec.solver == "amsgrad" else None,
+        )
+
+    # -- server ----------------------------------------------------------------------------------
+    def init(self, params: Tensors) -> ServerState:
+        """Zero moments, zero control variates, zero global direction (round 1 of FedCM/FedLADA)."""
+
+        def zeros() -> Tensors:
+            return {k: torch.zeros_like(v) for k, v in params.items()}
+
+        c = zeros() if self.spec.uses_control_variates else None
+        direction = zeros() if self.spec.uses_global_direction else None
+        return ServerState(opt=self.server.init(params, None), c=c, direction=direction)
+
+    def server_step(self, params: Tensors, d: Tensors, opt: Tensors, lr_ratio: float = 1.0) -> tuple[Tensors, Tensors]:
+        """The server optimizer on pseudo-gradient ``d``: x + u; returns (params, optimizer state)."""
+        u, new = self.server.update(d, opt, T.Context(params, lr_ratio=lr_ratio))
+        return {k: x + u[k] for k, x in params.items()}, new
+
+    def server_update(self, params: Tensors, state: ServerState, upd: RoundUpdate) -> tuple[Tensors, ServerState]:
+        """One synchronous server update. Pure: returns new params and a new state."""
+        if len(upd.clients) == 0:
+            return params, replace(state, version=state.version + 1)
+        spec = self.spec
+        d = self.aggregate(upd)
+        ratio = upd.lr / state.lr if state.lr is not None and upd.lr != state.lr else 1.0
+        new_params, opt = self.server_step(params, d, state.opt, ratio)
+        new = replace(state, opt=opt, version=state.version + 1, lr=upd.lr)
+        if spec.uses_control_variates:
+            new = update_control_variates(new, upd, d, vrlsgd=spec.correction == "vrlsgd")
+        if spec.uses_global_direction:
+            new = replace(new, direction=global_direction(upd, d))
+        if spec.share_vhat and upd.vhat is not None:
+            new = replace(new, vhat=shared_vhat(upd))
+        return new_params, new
+
+
+@lru_cache(maxsize=64)
+def algorithm(spec: AlgoSpec) -> Algorithm:
+    """``Algorithm.build(spec)``, built once per spec."""
+    return Algorithm.build(spec)
