@@ -2,11 +2,9 @@
 
 import os as _os
 
-# Read by libgomp and MKL when torch loads them, hence here, before anything imports torch
-# (docs/performance.md): OpenMP threads sleep instead of spinning while they wait (runs sharing
-# cores do not burn each other's time), and MKL's ?gemm gives the same bits for any thread count.
+# Read by libgomp when torch loads it, hence here, before anything imports torch: waiting OpenMP
+# threads sleep instead of spinning on cores another run needs (docs/performance.md).
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-_os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 __all__ = ["load_run", "load_compare", "Scenario", "ScenarioError", "load_scenario"]
 __version__ = "0.1.0"

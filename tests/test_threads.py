@@ -1,5 +1,5 @@
 """Thread policy (fedsim/engine/threads.py, issue 13): cores from affinity and cgroup quotas, the
-registry of live runs, the rule, and results that do not depend on the thread count."""
+rule, core slots shared by runs, and results that do not depend on what else runs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import hashlib
 import os
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -73,35 +73,6 @@ def test_usable_cores_and_budget(monkeypatch):
     assert T.usable_cores() == 1
 
 
-# --------------------------------------------------------------------------- registry
-HOLDER = """
-import fcntl, sys, time
-f = open(sys.argv[1], "w")
-fcntl.flock(f, fcntl.LOCK_EX)
-print("locked", flush=True)
-sys.stdin.read()
-"""
-
-
-def test_live_runs_counts_locked_files_and_removes_stale_ones(tmp_path, monkeypatch):
-    monkeypatch.setattr(T, "REGISTRY", tmp_path)
-    assert T.live_runs() == 1  # this process only
-    other = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "999999")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert other.stdout.readline().strip() == "locked"
-        assert T.live_runs() == 2
-    finally:
-        other.stdin.close()
-        other.wait()
-    assert T.live_runs() == 1  # its file is left, unlocked: not a run
-    assert (tmp_path / "999999").exists()  # young: it may be a run that has not locked it yet
-    old = time.time() - T.STALE_AFTER - 1
-    os.utime(tmp_path / "999999", (old, old))
-    assert T.live_runs() == 1
-    assert not (tmp_path / "999999").exists()
-
-
 # --------------------------------------------------------------------------- the rule
 def work_for(data: dict, model: str | None):
     sc = parse_scenario({"data": data, **({"model": {"name": model, "hidden": 12}} if model else {}),
@@ -109,76 +80,134 @@ def work_for(data: dict, model: str | None):
     return build_workload(sc, torch.device("cpu"), torch.float32)
 
 
-@pytest.fixture
-def machine(monkeypatch, tmp_path):
-    """8 usable cores, a budget of 8, an empty registry, MKL strict CNR in force."""
-    monkeypatch.setattr(T, "REGISTRY", tmp_path)
-    monkeypatch.setattr(T, "usable_cores", lambda: 8)
+def test_rule_and_pinning(monkeypatch):
     monkeypatch.setattr(T, "thread_budget", lambda: 8)
-    monkeypatch.setattr(T, "strict_cnr", lambda: True)
-    monkeypatch.setattr(T, "_state", dict(T._state, lock=None, pid=None))
-
-
-def test_rule(machine, monkeypatch):
+    monkeypatch.setattr(T, "_state", dict(T._state))
     mlp = work_for({"name": "digits", "clients": 2}, "mlp")
     cnn = work_for({"name": "cifar10", "clients": 2, "standin": True, "n_train": 16, "n_test": 4}, "cnn")
     quad = work_for({"name": "quadratic", "centers": [[0.0], [1.0]]}, None)
     assert T.default_threads(mlp, 1) == 1  # one small client at a time: threading only costs
     assert T.default_threads(quad, 128) == 1
-    assert T.default_threads(mlp, 9) == 8  # a batched chunk, alone: the whole budget
+    assert T.default_threads(mlp, 9) == 8  # a batched chunk: the budget
     assert T.default_threads(cnn, 1) == 8
-    monkeypatch.setattr(T, "live_runs", lambda: 3)  # two other runs: 8 // 3
-    assert T.default_threads(mlp, 9) == 2
-    assert T.default_threads(cnn, 1) == 8  # conv results depend on the count: never on other runs
-    monkeypatch.setattr(T, "strict_cnr", lambda: False)  # without strict CNR neither do batched chunks
-    assert T.default_threads(mlp, 9) == 8
-    assert T.threads_info()["rule"] == "budget"
-
-
-def test_set_threads_pins_and_rebalance_follows_the_share(machine, monkeypatch):
-    mlp = work_for({"name": "digits", "clients": 2}, "mlp")
     n0 = torch.get_num_threads()
     try:
         assert T.set_threads(3, mlp, 9) == 3 and torch.get_num_threads() == 3
-        assert T.rebalance() == 3  # pinned: left alone
-        assert T.threads_info()["rule"] == "pinned"
-        monkeypatch.setattr(T, "usable_cores", lambda: 4)
-        monkeypatch.setattr(T, "thread_budget", lambda: 4)
-        assert T.set_threads(None, mlp, 9) == 4 and torch.get_num_threads() == 4
-        monkeypatch.setattr(T, "live_runs", lambda: 2)
-        monkeypatch.setattr(T, "REBALANCE_EVERY", 0.0)
-        assert T.rebalance() == 2 and torch.get_num_threads() == 2
-        info = T.threads_info()
-        assert (info["threads"], info["rule"], info["runs"]) == (2, "share", 2)
+        assert (T.threads_info()["threads"], T.threads_info()["rule"]) == (3, "pinned")
+        assert T.set_threads(None, cnn, 1) == 8 and T.threads_info()["rule"] == "budget"
     finally:
         torch.set_num_threads(n0)
 
 
+# --------------------------------------------------------------------------- core slots
+HOLDER = """
+import fcntl, sys
+files = [open(p, "a") for p in sys.argv[1:]]
+for f in files:
+    fcntl.flock(f, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def two_cores(monkeypatch, tmp_path):
+    monkeypatch.setattr(T, "SLOTS", tmp_path)
+    monkeypatch.setattr(T, "_affinity", lambda: {4, 7})
+    monkeypatch.setattr(T, "usable_cores", lambda: 2)
+    monkeypatch.setattr(T, "_state", dict(T._state, files={}, held=False, waited=0.0, rounds=0))
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    n0 = torch.get_num_threads()
+    yield tmp_path
+    torch.set_num_threads(n0)
+
+
+def other_run(*paths):
+    """Another process holding the lock files ``paths`` until its stdin closes."""
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, *map(str, paths)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+def locked(path) -> bool:
+    """Whether some process holds ``path`` locked (tried from a fresh process)."""
+    code = "import fcntl, sys\nf = open(sys.argv[1], 'a')\ntry:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(3)"
+    return subprocess.run([sys.executable, "-c", code, str(path)]).returncode == 3
+
+
+def test_one_thread_takes_a_free_core(two_cores):
+    torch.set_num_threads(1)
+    other = other_run(two_cores / "cpu-7")  # the last core is taken: the first one is free
+    try:
+        with T.hold_cores(torch.device("cpu")):
+            assert locked(two_cores / "cpu-4")
+        assert not locked(two_cores / "cpu-4")
+    finally:
+        other.stdin.close()
+        other.wait()
+
+
+def test_two_threads_wait_for_the_other_run(two_cores):
+    torch.set_num_threads(2)
+    other = other_run(two_cores / "cpu-4", two_cores / "cpu-7")
+    entered = threading.Event()
+
+    def round_():
+        with T.hold_cores(torch.device("cpu")):
+            entered.set()
+
+    worker = threading.Thread(target=round_)
+    try:
+        worker.start()
+        assert not entered.wait(0.5)  # both cores are held by the other run: wait
+    finally:
+        other.stdin.close()
+        other.wait()
+    worker.join(30)
+    assert entered.is_set()
+    info = T.threads_info()
+    assert info["held_rounds"] == 1 and info["waited_for_cores_s"] >= 0.5
+
+
+def test_hold_cores_is_a_no_op_on_gpu_under_torchrun_and_nested(two_cores, monkeypatch):
+    torch.set_num_threads(2)
+    with T.hold_cores(torch.device("cuda")):
+        assert not list(two_cores.iterdir())
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with T.hold_cores(torch.device("cpu")):
+        assert not list(two_cores.iterdir())
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with T.hold_cores(torch.device("cpu")):
+        with T.hold_cores(torch.device("cpu")):  # nested: the outer one holds them already
+            assert locked(two_cores / "cpu-4") and locked(two_cores / "cpu-7")
+
+
 # --------------------------------------------------------------------------- same bytes
-def run_hash(tmp_path: Path, name: str, sets: list[str]) -> str:
-    """sha256 of rounds.csv, clients.csv and model.pt's tensors of a fresh `python -m fedsim run`."""
-    out = tmp_path / name
-    cmd = [sys.executable, "-m", "fedsim", "run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(out),
-           "--quiet", "--set", "variants=null"]  # fmt: skip
+def start_run(tmp_path: Path, name: str, sets: list[str]) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "fedsim", "run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out",
+           str(tmp_path / name), "--quiet", "--set", "variants=null"]  # fmt: skip
     for s in sets:
         cmd += ["--set", s]
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_CBWR", "OMP_NUM_THREADS")}
-    env["PYTHONPATH"] = str(ROOT)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    env = {**{k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+
+
+def digest(out: Path) -> str:
+    """sha256 of rounds.csv, clients.csv and model.pt's tensors."""
     h = hashlib.sha256((out / "rounds.csv").read_bytes() + (out / "clients.csv").read_bytes())
     for k, v in sorted(torch.load(out / "model.pt", weights_only=True).items()):
         h.update(k.encode() + v.numpy().tobytes())
     return h.hexdigest()
 
 
-@pytest.mark.parametrize("case", [
-    ["rounds=3"],  # Synthetic(1,1) logistic regression, chunks of 128
-    ["rounds=2", "data.name=digits", "model.name=mlp", "data.clients=16"],  # 200-200 MLP
-])  # fmt: skip
-def test_same_bytes_on_one_and_two_threads(tmp_path, case):
-    """Batched Linear stacks give the same bytes for 1 and 2 threads and any chunk size (without
-    MKL_CBWR=AUTO,STRICT the MLP's bytes differ between 1 and 2 threads: measured on torch 2.14.1)."""
-    one = run_hash(tmp_path, "t1", case + ["engine.threads=1", "engine.clients_per_batch=1"])
-    assert run_hash(tmp_path, "t2", case + ["engine.threads=2", "engine.clients_per_batch=16"]) == one
-    assert run_hash(tmp_path, "auto", case) == one  # the policy's own choice
+def test_same_bytes_alone_and_two_at_once(tmp_path):
+    """The 200-200 MLP, batched (the policy's thread count): a run alone and two started together
+    write the same bytes (the count never depends on other runs)."""
+    case = ["rounds=2", "data.name=digits", "model.name=mlp", "data.clients=16"]
+    alone = start_run(tmp_path, "alone", case)
+    assert alone.wait() == 0, alone.stderr.read()
+    pair = [start_run(tmp_path, n, case) for n in ("a", "b")]
+    for p in pair:
+        assert p.wait() == 0, p.stderr.read()
+    assert digest(tmp_path / "alone") == digest(tmp_path / "a") == digest(tmp_path / "b")

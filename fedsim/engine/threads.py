@@ -1,33 +1,29 @@
-"""Intra-op thread policy of the engine: how many torch threads a run uses (docs/performance.md).
-
-Three quantities:
+"""Intra-op thread policy of the engine, and core slots shared by runs (docs/performance.md).
 
 * ``usable_cores()`` -- cores this process may run on: its CPU affinity, capped by a cgroup CPU
   quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us / cpu.cfs_period_us``) rounded down.
 * ``thread_budget()`` -- the most threads one run uses: usable cores, capped by the physical cores
-  among them and by ``OMP_NUM_THREADS`` when set, divided among torchrun's local ranks. It depends
-  on the machine and the launch only (never on what else runs), so ``auto_chunk`` may use it.
-* ``live_runs()`` -- fedsim runs of this user holding a lock file in the registry
-  (``<tempdir>/fedsim-runs-<uid>``), this one included.
+  among them and by ``OMP_NUM_THREADS`` when set, divided among torchrun's local ranks.
+* ``default_threads(work, chunk)`` -- 1 for the closed-form quadratic and a small model stepped one
+  client at a time, the budget for batched chunks and conv nets; ``engine.threads`` pins it.
 
-The rule (``default_threads``): the closed-form quadratic and a small model stepped one client at a
-time get 1 thread; conv nets get the whole budget (oneDNN's convolutions reduce in an order that
-depends on the thread count, so their count may depend on nothing but the machine); batched chunks
-of Linear stacks get a fair share, ``usable_cores // live_runs`` within the budget, recomputed by
-``rebalance`` while the run goes on, when their float32 results do not depend on the count: with
-MKL's strict conditional numerical reproducibility in force (``strict_cnr()``; ``import fedsim``
-sets ``MKL_CBWR=AUTO,STRICT`` for it before torch loads MKL), else the budget too. Measured: the
-200-200 MLP on digits gives the same bytes on 1 and 2 threads and any chunk size with it, different
-bytes without it. ``engine.threads`` pins the count.
+The count depends on the machine, the launch and the scenario only, never on what else runs:
+float32 results depend on it (oneDNN and torch kernels split their reductions by thread; measured:
+logistic regression with 4 clients a chunk, the 200-200 MLP and the CNN all change bytes between 1
+and 2 threads). Runs sharing a machine are kept from slowing each other beyond their share by
+``hold_cores``: the compute of a round holds as many per-core lock files (``<tempdir>/fedsim-cores-
+<uid>/cpu-<id>``) as it has threads, so two runs on the same cores take turns round by round
+instead of oversubscribing them; and ``import fedsim`` sets ``OMP_WAIT_POLICY=PASSIVE`` so that
+waiting OpenMP threads sleep instead of spinning.
 """
 
 from __future__ import annotations
 
-import atexit
 import math
 import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -39,25 +35,17 @@ __all__ = [
     "physical_cores",
     "cgroup_cpus",
     "thread_budget",
-    "live_runs",
-    "register_run",
     "default_threads",
     "set_threads",
-    "rebalance",
+    "hold_cores",
     "threads_info",
-    "strict_cnr",
-    "REGISTRY",
-    "REBALANCE_EVERY",
+    "SLOTS",
 ]
 
-#: Lock files of running fedsim simulations, one per process (per user: another user's runs are not seen).
-REGISTRY = Path(tempfile.gettempdir()) / f"fedsim-runs-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
-#: ``rebalance`` looks at the registry at most once per this many seconds of wall time.
-REBALANCE_EVERY = 1.0
-#: Unlocked registry files older than this are left by killed runs and removed.
-STALE_AFTER = 60.0
+#: Per-core lock files of the runs of this user on this machine (another user's runs are not seen).
+SLOTS = Path(tempfile.gettempdir()) / f"fedsim-cores-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
-_state: dict = {"lock": None, "pid": None, "rule": None, "threads": None, "runs": 1, "checked": 0.0}
+_state: dict = {"rule": None, "threads": None, "files": {}, "held": False, "waited": 0.0, "rounds": 0}
 
 
 def cgroup_cpus(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
@@ -146,138 +134,109 @@ def thread_budget() -> int:
     return max(1, n // local)
 
 
-def register_run() -> None:
-    """Hold this process's lock file in ``REGISTRY`` until it exits (idempotent; no-op without fcntl)."""
-    if _state["lock"] is not None and _state["pid"] == os.getpid():
-        return
-    try:
-        import fcntl
-
-        REGISTRY.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = REGISTRY / str(os.getpid())
-        f = open(path, "w")
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except (ImportError, OSError):
-        return
-    _state["lock"], _state["pid"] = f, os.getpid()
-    atexit.register(_unregister, path, f)
-
-
-def _unregister(path: Path, f) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
-    f.close()
-
-
-def live_runs() -> int:
-    """fedsim runs holding a lock in ``REGISTRY``, this one included (at least 1)."""
-    try:
-        import fcntl
-
-        entries = list(REGISTRY.iterdir())
-    except (ImportError, OSError):
-        return 1
-    own, n = str(os.getpid()), 1
-    for p in entries:
-        if p.name == own:
-            continue
-        try:
-            with open(p) as f:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            if time.time() - p.stat().st_mtime > STALE_AFTER:  # left by a killed run
-                p.unlink()
-        except BlockingIOError:
-            n += 1
-        except OSError:
-            pass
-    return n
-
-
-#: MKL's ``MKL_CBWR_STRICT`` bit (mkl_cbwr.h).
-_MKL_CBWR_STRICT = 0x10000
-
-
-def strict_cnr() -> bool:
-    """Whether MKL's strict conditional numerical reproducibility is in force in this process (read
-    from MKL itself: ``MKL_CBWR`` takes effect only when set before torch loads MKL, which ``import
-    fedsim`` does when it comes first). False when torch has no MKL."""
-    if "strict" not in _state:
-        import ctypes
-
-        try:
-            lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-            _state["strict"] = bool(lib.mkl_serv_cbwr_get(ctypes.c_int(-1)) & _MKL_CBWR_STRICT)
-        except (OSError, AttributeError):
-            _state["strict"] = False
-    return _state["strict"]
-
-
 def _is_conv(work: Workload) -> bool:
     return work.module is not None and any(isinstance(m, torch.nn.Conv2d) for m in work.module.modules())
 
 
 def _rule(work: Workload, chunk: int) -> str:
-    if work.is_quadratic:
+    if work.is_quadratic or (chunk <= 1 and not _is_conv(work)):
         return "one"
-    if chunk <= 1 and not _is_conv(work):
-        return "one"
-    return "share" if strict_cnr() and not _is_conv(work) else "budget"
-
-
-def _share() -> int:
-    runs = live_runs()
-    _state["runs"] = runs
-    _state["checked"] = time.monotonic()
-    return max(1, min(thread_budget(), usable_cores() // runs))
+    return "budget"
 
 
 def default_threads(work: Workload, chunk: int) -> int:
-    """The rule (measured in benchmarks/bench_engine.py and bench_concurrent.py): 1 thread for the
-    quadratic and a small model stepped one client at a time (intra-op threading only adds overhead
-    on their tiny tensors); the budget for conv nets; for batched chunks the fair share
-    ``usable_cores // live_runs`` within the budget when ``strict_cnr()`` makes their results
-    independent of the count, else the budget. Registers this process as a live run."""
-    register_run()
-    rule = _rule(work, chunk)
-    n = 1 if rule == "one" else thread_budget() if rule == "budget" else _share()
-    _state["rule"], _state["threads"] = rule, n
-    return n
+    """Documented rule (measured in benchmarks/bench_engine.py): the closed-form quadratic and a
+    small model stepped one client at a time get one thread (intra-op threading only adds overhead
+    on their tiny tensors); conv nets and batched chunks of clients get the thread budget (the
+    batched 200-200 MLP step ran 1.3-1.6x faster on both cores of the 2-core machine, logistic
+    regression with 100 clients 1.2x)."""
+    return 1 if _rule(work, chunk) == "one" else thread_budget()
 
 
 def set_threads(pinned: int | None, work: Workload, chunk: int) -> int:
     """Set torch's intra-op threads for a run: ``pinned`` (``engine.threads``) or ``default_threads``,
-    remembered for ``rebalance`` and ``threads_info``. Returns the count."""
-    n = default_threads(work, chunk)
-    if pinned:
-        _state["rule"], _state["threads"], n = "pinned", pinned, pinned
+    remembered for ``hold_cores`` and ``threads_info``. Returns the count."""
+    n = pinned or default_threads(work, chunk)
+    _state["rule"], _state["threads"] = ("pinned" if pinned else _rule(work, chunk)), n
     torch.set_num_threads(n)
     return n
 
 
-def rebalance() -> int:
-    """Between rounds: under the ``share`` rule, recompute the fair share (at most once per
-    ``REBALANCE_EVERY`` seconds) and apply it; the count results do not depend on. Returns the
-    current count."""
-    if _state["rule"] == "share" and time.monotonic() - _state["checked"] >= REBALANCE_EVERY:
-        n = _share()
-        if n != _state["threads"]:
-            _state["threads"] = n
-            torch.set_num_threads(n)
-    return torch.get_num_threads()
+def _slot(cpu: int):
+    """This process's open lock file of core ``cpu`` (kept open; None without fcntl)."""
+    if cpu not in _state["files"]:
+        try:
+            SLOTS.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _state["files"][cpu] = open(SLOTS / f"cpu-{cpu}", "a")
+        except OSError:
+            _state["files"][cpu] = None
+    return _state["files"][cpu]
+
+
+def _acquire(threads: int) -> list:
+    """Lock ``threads`` core slots. One: the first free one (last core first), else wait for the
+    last; more: the lowest ``threads`` cores, waiting in increasing order (ordered locking: runs
+    never wait on each other in a cycle)."""
+    import fcntl
+
+    cpus = sorted(_affinity())[: usable_cores()]
+    if threads <= 1:
+        for cpu in reversed(cpus):
+            f = _slot(cpu)
+            if f is None:
+                return []
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return [f]
+            except BlockingIOError:
+                continue
+        cpus = cpus[-1:]
+    held = []
+    for cpu in cpus[: max(1, threads)]:
+        f = _slot(cpu)
+        if f is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            held.append(f)
+    return held
+
+
+@contextmanager
+def hold_cores(device: torch.device):
+    """Hold this run's share of the machine while the block (a round's compute) runs: as many core
+    slots as torch has intra-op threads, waiting while other fedsim runs hold them. A no-op on a
+    GPU, under torchrun (ranks split the cores already and wait on each other in collectives),
+    inside another ``hold_cores``, and where ``fcntl`` is missing. Changes no result: it only waits."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        yield
+        return
+    if device.type != "cpu" or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 or _state["held"]:
+        yield
+        return
+    t = time.perf_counter()
+    held = _acquire(torch.get_num_threads())
+    _state["waited"] += time.perf_counter() - t
+    _state["rounds"] += 1
+    _state["held"] = True
+    try:
+        yield
+    finally:
+        _state["held"] = False
+        for f in reversed(held):
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def threads_info() -> dict:
-    """What the policy chose, for info.yaml: threads, rule (pinned | one | budget | share), usable
-    cores, budget, live runs at the last look, and the OpenMP / MKL settings in force."""
+    """What the policy chose, for info.yaml: threads, rule (pinned | one | budget), usable cores,
+    budget, OpenMP wait policy, and the seconds ``hold_cores`` waited for other runs (over how many
+    rounds)."""
     return {
         "threads": torch.get_num_threads(),
         "rule": _state["rule"] or "unset",
         "cores": usable_cores(),
         "budget": thread_budget(),
-        "runs": _state["runs"],
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
-        "mkl_cbwr": os.environ.get("MKL_CBWR", ""),
-        "strict_cnr": strict_cnr(),
+        "waited_for_cores_s": round(_state["waited"], 3),
+        "held_rounds": _state["rounds"],
     }
