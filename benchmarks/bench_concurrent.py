@@ -1,6 +1,6 @@
 """Two identical runs at once against the same two back to back (issue 13: at once within 15%).
 
-    python benchmarks/bench_concurrent.py [--cases logreg,mlp,cnn] [--settings policy,all_cores_spin]
+    python benchmarks/bench_concurrent.py [--cases logreg,mlp,cnn] [--settings policy,no_turns,old]
                                           [--reps 1] [--scale 1.0] [--quick]
 
 Cases (``fedsim run`` in fresh interpreters, each sized to take several seconds alone on 2 cores):
@@ -11,13 +11,14 @@ Cases (``fedsim run`` in fresh interpreters, each sized to take several seconds 
 * ``cnn``    -- FedAvg's 2-conv CNN on a CIFAR-10 stand-in (2,000 images), 8 clients, 5 local
   steps, 6 rounds (one client at a time)
 
-Settings (how the two runs choose threads):
+Settings:
 
-* ``policy``            -- fedsim's own (fedsim/engine/threads.py, passive OpenMP waiting)
-* ``all_cores_spin``    -- the old rule for batched chunks: ``engine.threads`` = every core and
-  libgomp's default waiting (``OMP_WAIT_POLICY`` set empty), as before issue 13
-* ``all_cores_passive`` -- every core, passive waiting: what passive waiting alone does
-* ``one_thread``        -- ``engine.threads: 1``
+* ``policy``     -- fedsim's own: the rule's thread count, runs taking turns on the cores
+  (``hold_cores``), passive OpenMP waiting
+* ``no_turns``   -- the same without turns (``FEDSIM_HOLD_CORES=0``): what the turns do
+* ``old``        -- no turns and libgomp's default (spinning) waiting (``OMP_WAIT_POLICY`` set
+  empty): the behaviour before issue 13 (same thread counts)
+* ``one_thread`` -- ``engine.threads: 1`` (with turns: each run takes one core)
 
 For each (case, setting): wall time of run A then run B (``back_to_back``), of A and B started
 together (``at_once``, until both end), their ratio (target <= 1.15), and whether all four runs
@@ -57,12 +58,12 @@ CASES = {  # name -> (scenario text with {rounds}, default rounds, quick rounds)
 }  # fmt: skip
 
 
-def settings(cores: int) -> dict[str, tuple[list[str], dict]]:
+def settings() -> dict[str, tuple[list[str], dict]]:
     """name -> (extra ``--set`` overrides, environment changes)."""
     return {
         "policy": ([], {}),
-        "all_cores_spin": ([f"engine.threads={cores}"], {"OMP_WAIT_POLICY": ""}),
-        "all_cores_passive": ([f"engine.threads={cores}"], {"OMP_WAIT_POLICY": "PASSIVE"}),
+        "no_turns": ([], {"FEDSIM_HOLD_CORES": "0"}),
+        "old": ([], {"FEDSIM_HOLD_CORES": "0", "OMP_WAIT_POLICY": ""}),
         "one_thread": (["engine.threads=1"], {}),
     }
 
@@ -111,14 +112,13 @@ def measure(case: str, rounds: int, sets: list[str], env_extra: dict, tmp: Path)
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default="logreg,mlp,cnn")
-    ap.add_argument("--settings", default="policy,all_cores_spin")
+    ap.add_argument("--settings", default="policy,no_turns,old")
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every case's rounds")
     ap.add_argument("--quick", action="store_true", help="a few rounds per case; nothing recorded")
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args(argv)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    table = settings(cores)
+    table = settings()
     desc = machine()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
                     rows.append({**desc, "case": case, "rounds": rounds, "setting": name, **r})
     if not (a.no_save or a.quick):
         append("concurrent", rows, "Two runs at once vs back to back (bench_concurrent.py)")
-    return 0 if all(r["same_bytes"] for r in rows if r["setting"] != "all_cores_spin") else 1
+    return 0 if all(r["same_bytes"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -170,7 +170,7 @@ def test_two_threads_wait_for_the_other_run(two_cores):
     assert info["held_rounds"] == 1 and info["waited_for_cores_s"] >= 0.5
 
 
-def test_hold_cores_is_a_no_op_on_gpu_under_torchrun_and_nested(two_cores, monkeypatch):
+def test_hold_cores_is_a_no_op_on_gpu_under_torchrun_when_off_and_nested(two_cores, monkeypatch):
     torch.set_num_threads(2)
     with T.hold_cores(torch.device("cuda")):
         assert not list(two_cores.iterdir())
@@ -178,6 +178,10 @@ def test_hold_cores_is_a_no_op_on_gpu_under_torchrun_and_nested(two_cores, monke
     with T.hold_cores(torch.device("cpu")):
         assert not list(two_cores.iterdir())
     monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("FEDSIM_HOLD_CORES", "0")
+    with T.hold_cores(torch.device("cpu")):
+        assert not list(two_cores.iterdir())
+    monkeypatch.delenv("FEDSIM_HOLD_CORES")
     with T.hold_cores(torch.device("cpu")):
         with T.hold_cores(torch.device("cpu")):  # nested: the outer one holds them already
             assert locked(two_cores / "cpu-4") and locked(two_cores / "cpu-7")

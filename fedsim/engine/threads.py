@@ -205,13 +205,15 @@ def hold_cores(device: torch.device):
     """Hold this run's share of the machine while the block (a round's compute) runs: as many core
     slots as torch has intra-op threads, waiting while other fedsim runs hold them. A no-op on a
     GPU, under torchrun (ranks split the cores already and wait on each other in collectives),
-    inside another ``hold_cores``, and where ``fcntl`` is missing. Changes no result: it only waits."""
+    inside another ``hold_cores``, with ``FEDSIM_HOLD_CORES=0``, and where ``fcntl`` is missing.
+    Changes no result: it only waits."""
     try:
         import fcntl  # noqa: F401
     except ImportError:
         yield
         return
-    if device.type != "cpu" or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 or _state["held"]:
+    off = os.environ.get("FEDSIM_HOLD_CORES", "1") == "0"
+    if off or device.type != "cpu" or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 or _state["held"]:
         yield
         return
     t = time.perf_counter()
