@@ -115,7 +115,7 @@ def two_cores(monkeypatch, tmp_path):
     monkeypatch.setattr(T, "SLOTS", tmp_path)
     monkeypatch.setattr(T, "_affinity", lambda: {4, 7})
     monkeypatch.setattr(T, "usable_cores", lambda: 2)
-    monkeypatch.setattr(T, "_state", dict(T._state, files={}, held=False, waited=0.0, rounds=0))
+    monkeypatch.setattr(T, "_state", dict(T._state, cpus=None, files={}, held=False, waited=0.0, rounds=0))
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     n0 = torch.get_num_threads()
     yield tmp_path

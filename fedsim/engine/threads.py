@@ -45,7 +45,7 @@ __all__ = [
 #: Per-core lock files of the runs of this user on this machine (another user's runs are not seen).
 SLOTS = Path(tempfile.gettempdir()) / f"fedsim-cores-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
-_state: dict = {"rule": None, "threads": None, "files": {}, "held": False, "waited": 0.0, "rounds": 0}
+_state: dict = {"rule": None, "cpus": None, "files": {}, "held": False, "waited": 0.0, "rounds": 0}
 
 
 def cgroup_cpus(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
@@ -154,10 +154,10 @@ def default_threads(work: Workload, chunk: int) -> int:
 
 
 def set_threads(pinned: int | None, work: Workload, chunk: int) -> int:
-    """Set torch's intra-op threads for a run: ``pinned`` (``engine.threads``) or ``default_threads``,
-    remembered for ``hold_cores`` and ``threads_info``. Returns the count."""
+    """Set torch's intra-op threads for a run: ``pinned`` (``engine.threads``) or ``default_threads``;
+    the rule is remembered for ``threads_info``. Returns the count."""
     n = pinned or default_threads(work, chunk)
-    _state["rule"], _state["threads"] = ("pinned" if pinned else _rule(work, chunk)), n
+    _state["rule"] = "pinned" if pinned else _rule(work, chunk)
     torch.set_num_threads(n)
     return n
 
@@ -179,7 +179,9 @@ def _acquire(threads: int) -> list:
     never wait on each other in a cycle)."""
     import fcntl
 
-    cpus = sorted(_affinity())[: usable_cores()]
+    if _state["cpus"] is None:  # once per process
+        _state["cpus"] = sorted(_affinity())[: usable_cores()]
+    cpus = _state["cpus"]
     if threads <= 1:
         for cpu in reversed(cpus):
             f = _slot(cpu)
