@@ -10,8 +10,13 @@ load), to ``benchmarks/results/<name>.csv`` and ``<name>.md``:
 * overhead -- share of wall time outside training, Synthetic(1,1) FedNova (bench_overhead.py)
 * memory   -- peak resident memory, 1,000 clients of logistic regression (bench_memory.py)
 * schedule -- ``--schedule-only`` with 10,000 clients x 1,000 rounds (bench_schedule.py)
+* startup  -- ``fedsim run`` of a 1-round scenario vs ``import torch``; import-time breakdown (bench_startup.py)
+* concurrent   -- two runs at once vs back to back, logreg / MLP / CNN (bench_concurrent.py)
+* compare_jobs -- ``fedsim compare --jobs 2`` vs ``--jobs 1`` (bench_compare_jobs.py)
+* vs_loop  -- fedsim vs a per-client torch loop vs Flower's simulation (bench_vs_loop.py; Flower
+  from /work/flwr-venv when present)
 
-A few minutes on a 2-core CPU. ``--quick`` shrinks every benchmark (a smoke run; not recorded).
+About 10-15 minutes on a 2-core CPU, most of it the concurrency runs and Flower. ``--quick`` shrinks every benchmark (a smoke run; not recorded).
 These are benchmarks, not tests: on a shared machine the absolute numbers move with the load
 (the ``load1`` column); the ratios are measured interleaved within one run.
 """
@@ -32,6 +37,10 @@ BENCHES = [
     ("overhead", ["bench_overhead.py"], ["--rounds", "40"]),
     ("memory", ["bench_memory.py"], ["--clients", "200", "--rounds", "1"]),
     ("schedule", ["bench_schedule.py"], ["--clients", "2000", "--rounds", "50", "--simpy-rounds", "1"]),
+    ("startup", ["bench_startup.py"], ["--reps", "1", "--clients", "10", "--steps", "2"]),
+    ("concurrent", ["bench_concurrent.py"], ["--quick", "--cases", "logreg"]),
+    ("compare_jobs", ["bench_compare_jobs.py"], ["--quick"]),
+    ("vs_loop", ["bench_vs_loop.py"], ["--clients", "4", "--steps", "2", "--rounds", "2"]),
 ]
 
 

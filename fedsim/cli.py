@@ -23,7 +23,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"fedsim: {message}")
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``compare`` and ``plot`` (whose modules import pandas) are added unless
+    ``command`` is ``run`` or ``validate``, which then start without them."""
     p = _Parser(prog="fedsim", description="Federated learning under system heterogeneity, on a simulated clock.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one scenario (or each of its variants)")
@@ -37,19 +39,21 @@ def _build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a scenario without running it")
     v.add_argument("scenario")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    from .compare import add_compare_parser
-    from .report.cli import add_plot_parser
+    if command not in ("run", "validate"):
+        from .compare import add_compare_parser
+        from .report.cli import add_plot_parser
 
-    add_compare_parser(sub)
-    add_plot_parser(sub)
-    from .devices.cli import add_trace_parser  # devices helper: `fedsim trace ...`
+        add_compare_parser(sub)
+        add_plot_parser(sub)
+        from .devices.cli import add_trace_parser
 
-    add_trace_parser(sub)
+        add_trace_parser(sub)
     return p
 
 
-def _cmd_validate(args) -> int:
-    from .scenario import expand_variants, load_scenario, read_yaml
+def _load_checked(args):
+    """The scenario and its variants, every check of ``fedsim validate`` done (no torch imported)."""
+    from .scenario import expand_variants, load_scenario
 
     sc = load_scenario(args.scenario, args.overrides)
     variants = expand_variants(sc, _raw(args), Path(args.scenario).resolve().parent)
@@ -58,6 +62,11 @@ def _cmd_validate(args) -> int:
             from .clock import load_trace
 
             load_trace(vsc.system.trace, vsc.data.num_clients)
+    return sc, variants
+
+
+def _cmd_validate(args) -> int:
+    _, variants = _load_checked(args)
     names = ", ".join(v for v, _ in variants if v)
     print(f"{args.scenario}: ok" + (f" ({len(variants)} variants: {names})" if names else ""))
     return 0
@@ -70,18 +79,19 @@ def _raw(args) -> dict:
 
 
 def _cmd_run(args) -> int:
-    from .runner import default_out, run
-    from .scenario import expand_variants, load_scenario
-
-    sc = load_scenario(args.scenario, args.overrides)
-    variants = expand_variants(sc, _raw(args), Path(args.scenario).resolve().parent)
+    sc, variants = _load_checked(args)  # a bad scenario fails here, before torch is imported
     if args.resume and args.out:
         raise UsageError("fedsim: --resume DIR names the run folder; give no --out with it")
+    from .run import default_out, run
+
     base = Path(args.resume or args.out or default_out(sc))
     from .engine import distributed
     from .engine.workload import resolve_device
 
     if not args.schedule_only:  # under torchrun: join the process group (fedsim/engine/distributed.py)
+        from .validate import check_device_available
+
+        check_device_available(sc.engine.device)
         distributed.init_from_env(resolve_device(sc.engine.device))
     main = distributed.is_main() and int(os.environ.get("RANK", "0")) == 0
     results = []
@@ -138,24 +148,30 @@ COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "compare": _cmd_compare,
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .data.errors import DataNotFound
-    from .scenario import ScenarioError  # TraceError is one too
-
-    input_errors = (UsageError, ScenarioError, DataNotFound)
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = _build_parser().parse_args(argv)
+        args = _build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
         return COMMANDS[args.command](args)
-    except input_errors as err:
-        print(str(err).splitlines()[0] if str(err) else type(err).__name__, file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("fedsim: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - the CLI's last resort, one line unless debugging
+        if _is_input_error(err):
+            print(str(err).splitlines()[0] if str(err) else type(err).__name__, file=sys.stderr)
+            return 2
         if os.environ.get("FEDSIM_DEBUG"):
             raise
         print(f"fedsim: error: {type(err).__name__}: {err} (set FEDSIM_DEBUG=1 for a traceback)", file=sys.stderr)
         return 1
+
+
+def _is_input_error(err: Exception) -> bool:
+    """Bad input (exit 2): usage, scenario (traces included), missing data files. The classes are
+    imported here, on the error path, so that a good start pays for none of their modules."""
+    from .data.errors import DataNotFound
+    from .scenario import ScenarioError  # TraceError is one too
+
+    return isinstance(err, (UsageError, ScenarioError, DataNotFound))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -208,20 +208,6 @@ def test_auto_chunk_rule(mlp64):
     assert auto_chunk(cnn, torch.device("cuda")) == 16
 
 
-def test_default_threads_rule(mlp64, monkeypatch):
-    from fedsim.engine import threads as R
-
-    monkeypatch.setattr(R, "_TORCH_THREADS", 8)
-    monkeypatch.setattr(R.os, "cpu_count", lambda: 8)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert R.default_threads(mlp64, 1) == 1  # one small client at a time: threading only costs
-    assert R.default_threads(mlp64, 9) == 8  # a batched chunk: the whole budget
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun: the cores are shared by 4 local ranks
-    assert R.default_threads(mlp64, 9) == 2
-    cnn = small_work("cifar10", "cnn", torch.float32, clients=2, standin=True, n_train=16, n_test=4)
-    assert R.default_threads(cnn, 1) == 2
-
-
 def test_chunks_are_balanced_and_sorted(mlp64, monkeypatch):
     seen = []
     orig = T._run_chunk
