@@ -34,9 +34,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fedsim.engine.run import build_simulation
 from fedsim.engine.threads import default_threads
 from fedsim.engine.train import Task, batch_indices, train_cohort
+from fedsim.run.build import build_run
 from fedsim.scenario import parse_scenario
 
 WINDOW = dict(policy="window", window=5.0)
@@ -89,7 +89,7 @@ def torch_loop(work, spec, params, tasks, lr: float, seed: int) -> None:
 def measure(case: str, reps: int, device: str) -> dict:
     raw, n, s, target = CASES[case]
     raw = dict(raw, round=WINDOW, engine=dict(device=device))
-    sim, _ = build_simulation(parse_scenario(raw))
+    sim = build_run(parse_scenario(raw)).engine
     work, spec, params = sim.work, sim.spec, sim.params
     tasks = tasks_for(n, s)
     steps = sum(t.steps for t in tasks)

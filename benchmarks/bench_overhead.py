@@ -2,11 +2,11 @@
 
 The scenario is ``scenarios/quickstart.yaml``'s ``fednova_window`` variant (FedProx's Synthetic(1,1),
 30 clients, logistic regression, log-normal speeds, 5 s windows, FedNova, evaluation every 2
-rounds) run for ``--rounds`` rounds through ``fedsim.runner.run`` (the run folder included). The
+rounds) run for ``--rounds`` rounds through ``fedsim.run.run`` (the run folder included). The
 wall time of the run (after imports) is split by wrapping, in this process only:
 
 * train -- ``train_cohort`` (local steps of the round's clients, minibatch indices, ||a_i||_1),
-* eval -- ``Simulation.evaluate`` (training objective and test metrics, every ``eval.every``),
+* eval -- ``SyncEngine.evaluate`` (training objective and test metrics, every ``eval.every``),
 * clock -- drawing the next round plan, server -- ``server_apply`` (aggregation, server optimizer),
 * io -- run-folder writes (``TableWriter.write``: format, write, flush, fsync per round; the
   fsync part alone is ``fsync_s``),
@@ -38,8 +38,9 @@ import torch
 
 def measure(rounds: int) -> dict:
     import fedsim.engine.run as R
+    import fedsim.run.clock as RC
     import fedsim.report.tables as TB
-    from fedsim import runner
+    from fedsim.run import run as run_scenario
     from fedsim.scenario import expand_variants, load_scenario, read_yaml
 
     import fedsim.data  # noqa: F401  (imports are start-up, not per-run overhead: done before timing)
@@ -68,7 +69,7 @@ def measure(rounds: int) -> dict:
 
         return wrapper
 
-    class TimedClock(R.Clock):
+    class TimedClock(RC.Clock):
         def plans(self, *a, **k):
             it = super().plans(*a, **k)
             while True:
@@ -79,10 +80,10 @@ def measure(rounds: int) -> dict:
 
     patches = [(R, "train_cohort", timed("train", R.train_cohort)),
                (R, "train_cohort_sharded", timed("train", R.train_cohort_sharded)),
-               (R.Simulation, "evaluate", timed("eval", R.Simulation.evaluate)),
+               (R.SyncEngine, "evaluate", timed("eval", R.SyncEngine.evaluate)),
                (R, "server_apply", timed("server", R.server_apply)),
                (TB.TableWriter, "write", timed("io", TB.TableWriter.write)),
-               (R, "Clock", TimedClock)]
+               (RC, "Clock", TimedClock)]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]
     for obj, name, new in patches:
         setattr(obj, name, new)
@@ -90,7 +91,7 @@ def measure(rounds: int) -> dict:
     out = Path(tempfile.mkdtemp(prefix="fedsim-overhead-"))
     try:
         t = time.perf_counter()
-        runner.run(sc, out / "run", progress=False)
+        run_scenario(sc, out / "run", progress=False)
         wall = time.perf_counter() - t
     finally:
         for obj, name, old in saved:

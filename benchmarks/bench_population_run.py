@@ -26,7 +26,7 @@ from _common import append, machine, run_script
 def child(clients: int, rounds: int, per_round: int) -> None:
     import torch
 
-    from fedsim import runner
+    from fedsim.run import run as run_scenario
     from fedsim.scenario import parse_scenario
 
     sc = parse_scenario({
@@ -40,7 +40,7 @@ def child(clients: int, rounds: int, per_round: int) -> None:
     out = Path(tempfile.mkdtemp(prefix="fedsim-pop-"))
     t = time.perf_counter()
     try:
-        runner.run(sc, out / "run", progress=False)
+        run_scenario(sc, out / "run", progress=False)
     finally:
         wall = time.perf_counter() - t
         shutil.rmtree(out, ignore_errors=True)

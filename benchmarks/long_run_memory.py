@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from fedsim.engine import run as engine_run
-from fedsim.runner import run
+from fedsim.run import run
 from fedsim.scenario import parse_scenario
 
 RESULTS = Path(__file__).resolve().parent / "results" / "long_run_memory.md"
@@ -62,7 +62,7 @@ def main() -> None:
         "checkpoint": {"every": 100},
     })
     marks: dict[int, int] = {}
-    original = engine_run.Simulation.step
+    original = engine_run.SyncEngine.step
 
     def step(self, plan):
         out = original(self, plan)
@@ -70,7 +70,7 @@ def main() -> None:
             marks[plan.round + 1] = _status_kb("VmRSS")
         return out
 
-    engine_run.Simulation.step = step
+    engine_run.SyncEngine.step = step
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         run(sc, Path(tmp) / "run", progress=False)

@@ -48,7 +48,7 @@ def run_one(scenario_text: str, folder: str, threads: int | None) -> dict:
         import torch
 
         torch.set_num_threads(threads)
-    from ..runner import run
+    from ..run import run
 
     sc = parse_scenario(yaml.safe_load(scenario_text))
     stored = Path(folder) / "scenario.yaml"
