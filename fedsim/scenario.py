@@ -154,7 +154,7 @@ DataName = Literal[
 
 
 class DataConfig(_Frozen):
-    """Workload data. See README for which keys apply to which ``name``."""
+    """Workload data. docs/scenario.md says which keys apply to which ``name``."""
 
     name: DataName = "quadratic"
     clients: int | None = Field(None, ge=1)

@@ -1,4 +1,4 @@
-"""The papers' scenario files: settings as the papers (and ALGORITHMS.md) state them, a 2-round CPU
+"""The papers' scenario files: settings as the papers (and docs/algorithms.md) state them, a 2-round CPU
 run of every variant of each file shrunk with ``--set`` to the stand-in at tiny sizes, and the
 exit-2 message when the real data files are missing.
 
@@ -88,7 +88,7 @@ def test_fednova_table1_settings(name):
         assert r.local_steps is None and r.clients_per_round is None
         assert a.batch_size == 32 and a.weight_decay == 1e-4
         spec = resolve(a)
-        # lr /10 after 50% and /100 after 75% of the 100 rounds (ALGORITHMS.md section 8)
+        # lr /10 after 50% and /100 after 75% of the 100 rounds (docs/algorithms.md)
         lrs = [spec.round_lr(t, sc.rounds) for t in (0, 49, 50, 74, 75, 99)]
         assert lrs == pytest.approx([a.lr, a.lr, a.lr / 10, a.lr / 10, a.lr / 100, a.lr / 100])
         assert spec.aggregation == ("nova" if "nova" in v else "avg")

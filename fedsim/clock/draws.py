@@ -99,7 +99,7 @@ def select(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pick the round's clients among ``available`` (sorted client indices).
 
-    Returns ``(clients, counts, weights)``, clients sorted. FedNova paper, ALGORITHMS.md section 1:
+    Returns ``(clients, counts, weights)``, clients sorted. FedNova paper, docs/algorithms.md:
 
     * ``clients_per_round`` None: everybody available, weight p_i / P_avail (full participation).
     * uniform: q = min(clients_per_round, m) without replacement, m = len(available); the first q

@@ -38,16 +38,14 @@ def is_complete(folder: str | Path, scenario: Scenario | None = None) -> bool:
     return run_complete(folder, None if scenario is None else dump_scenario(scenario))
 
 
-def run_one(scenario_text: str, folder: str, threads: int | None) -> dict:
+def run_one(scenario_text: str, folder: str) -> dict:
     """Worker: run one (cell, seed) into its folder (top level so spawned processes can import it).
 
     A folder holding an unfinished run of the same scenario is continued from its last checkpoint
-    (from the start when it has none); anything else there is replaced.
+    (from the start when it has none); anything else there is replaced. Threads follow the
+    engine's rule in every worker (fedsim.engine.threads), so --jobs changes no result; parallel
+    workers on the same cores take turns at each round's compute.
     """
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
     from ..run import run
 
     sc = parse_scenario(yaml.safe_load(scenario_text))
@@ -128,9 +126,6 @@ def run_compare(
     if skipped:
         log(f"{len(skipped)} of {len(runs)} runs already complete in {out}, not run again")
     ran, failed = [], []
-    threads = None
-    if jobs > 1 and len(todo) > 1:
-        threads = max(1, (os.cpu_count() or 1) // min(jobs, len(todo)))
     total = len(todo)
     bar = progress_bar(str(base_raw.get("name", "compare")), total, unit="run") if progress and total else None
 
@@ -155,7 +150,7 @@ def run_compare(
         if jobs == 1 or len(todo) <= 1:
             for r in todo:
                 try:
-                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder), None), None)
+                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder)), None)
                 except Exception as err:  # noqa: BLE001 - one failed cell must not lose the others
                     finished(r, None, err)
         else:
@@ -163,7 +158,7 @@ def run_compare(
 
             ctx = mp.get_context("spawn")
             with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
-                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder), threads): r for r in todo}
+                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder)): r for r in todo}
                 try:
                     while pending:
                         done, _ = wait(pending, return_when=FIRST_COMPLETED)

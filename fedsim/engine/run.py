@@ -31,7 +31,7 @@ __all__ = ["SyncEngine", "round_weights", "to_device"]
 def round_weights(plan: RoundPlan) -> dict[int, float]:
     """Aggregation weight w_i per completed client.
 
-    The clock's raw sampling weights (ALGORITHMS.md section 1) of selected clients that did not
+    The clock's raw sampling weights (docs/algorithms.md) of selected clients that did not
     report are redistributed over those that did, in proportion to their raw weights.
     """
     selected = [j for j in plan.jobs if j.status != "offline"]

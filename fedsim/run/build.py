@@ -12,7 +12,7 @@ from ..clock import Clock, WorkCost
 from ..devices.cost import work_cost
 from ..engine.async_run import AsyncEngine
 from ..engine.run import SyncEngine
-from ..engine.threads import default_threads, thread_budget
+from ..engine.threads import set_threads, thread_budget
 from ..engine.train import auto_chunk
 from ..engine.workload import build_workload, resolve_device
 from ..scenario import Scenario
@@ -47,7 +47,7 @@ def build_run(sc: Scenario) -> Built:
         if sc.engine.clients_per_batch == "auto"
         else sc.engine.clients_per_batch
     )
-    torch.set_num_threads(sc.engine.threads or default_threads(work, chunk))
+    set_threads(sc.engine.threads, work, chunk)
     cls = AsyncEngine if sc.round.policy == "async" else SyncEngine  # FedBuff / FedAsync
     engine = cls(
         work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..checkpoint import save_checkpoint
 from ..engine import distributed
+from ..engine.threads import hold_cores
 from ..records import RunSummary
 from ..scenario import Scenario
 from ..progress import progress_bar
@@ -80,10 +81,11 @@ def run(
 
         last = run_rounds(
             engine, built.clock.plans(), start=start, rounds=sc.rounds, eval_every=sc.eval.every,
-            sinks=sinks, checkpoint=checkpoint,
+            sinks=sinks, checkpoint=checkpoint, hold=lambda: hold_cores(engine.work.x_train.device),
         )
         if main:
             tables.close()
+            write_atomic(out / "info.yaml", info_text(sc, engine, built.cost).encode())  # with the final thread record
             save_model(out / "model.pt", engine.params, engine.work.is_quadratic)
     return RunSummary.of(last, data=engine.work.name)
 

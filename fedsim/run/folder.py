@@ -218,6 +218,7 @@ def info_text(sc: Scenario, engine, cost=None) -> str:
     import yaml
 
     from ..devices.cost import cost_info
+    from ..engine.threads import threads_info
     from ..engine.workload import eval_info
 
     from .. import __version__
@@ -235,6 +236,7 @@ def info_text(sc: Scenario, engine, cost=None) -> str:
         "clients_per_batch": engine.chunk,
         **eval_info(work),
         **(cost_info(cost) if cost is not None else {}),
+        "threads": threads_info(),
         "fedsim": __version__,
         "torch": str(torch.__version__),
     }
