@@ -200,14 +200,15 @@ def cut_parts(path: str | Path, count: int) -> None:
 
 def read_table(folder: str | Path, name: str) -> pd.DataFrame:
     """Table ``name`` (``rounds`` or ``clients``) of a run folder: ``name.parquet/`` when it is
-    there, else ``name.csv``."""
+    there and holds parts or there is no ``name.csv``, else ``name.csv`` (a part folder that
+    ``--force`` left because it held other files is not a table)."""
     path = table_path(folder, name)
-    if path.is_dir():
+    files = _part_files(path) if path.is_dir() else []
+    if path.is_dir() and (files or not (Path(folder) / f"{name}.csv").is_file()):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        parts = [pq.read_table(p) for p in _part_files(path)]
-        if not parts:
+        if not files:
             return pd.DataFrame()
-        return pa.concat_tables(parts).to_pandas()
+        return pa.concat_tables([pq.read_table(p) for p in files]).to_pandas()
     return pd.read_csv(Path(folder) / f"{name}.csv")

@@ -88,12 +88,12 @@ def _has_rounds(out: Path) -> bool:
 
 def stored_format(out: Path, ck: dict | None) -> str | None:
     """The table format of the run in ``out``: its checkpoint's (the tables it records), else
-    ``parquet`` when ``rounds.parquet/`` is there, ``csv`` when ``rounds.csv`` is, else None."""
+    ``csv`` when ``rounds.csv`` is there, ``parquet`` when ``rounds.parquet/`` is, else None."""
     if ck is not None:
         return "parquet" if set(ck["table_sizes"]) == set(PARQUET_TABLES) else "csv"
-    if (out / "rounds.parquet").is_dir():
-        return "parquet"
-    return "csv" if (out / "rounds.csv").is_file() else None
+    if (out / "rounds.csv").is_file():
+        return "csv"
+    return "parquet" if (out / "rounds.parquet").is_dir() else None
 
 
 def check_unlocked(out: Path) -> None:
@@ -149,8 +149,8 @@ def open_for_resume(
     Refused, before anything is cut: a ``table_format`` other than the run's; a table shorter
     than the checkpoint records, missing, not ending in a whole line there, or with other columns
     than this version writes; a ``rounds.csv`` whose row count there is not the checkpoint's
-    round (Parquet: fewer parts than recorded, other columns, or another row count of rounds in
-    those parts); a checkpoint that is not a fedsim checkpoint
+    round (Parquet: fewer parts than recorded, a gap in their numbers, other columns, or another
+    row count of rounds in those parts); a checkpoint that is not a fedsim checkpoint
     (:func:`fedsim.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
     than ``params`` (the model's names).
     """
@@ -192,7 +192,8 @@ def _check_parts(out: Path, name: str, count: int, cols: list[str], rows: int | 
         raise FolderError(f"--resume {out}: {name} {what}; its checkpoint needs {count}, cannot resume exactly")
     if count and part_columns(path) != cols:
         raise FolderError(f"--resume {out}: {name} has other columns than this fedsim writes, cannot resume exactly")
-    if rows is not None and sum(have[:count]) != rows:
+    names = sorted(p.name for p in path.glob("part-*.parquet"))[:count]
+    if names != [f"part-{i:05d}.parquet" for i in range(count)] or (rows is not None and sum(have[:count]) != rows):
         raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
 
 
