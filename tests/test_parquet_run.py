@@ -184,3 +184,28 @@ def test_schedule_only_parquet_equals_csv(tmp_path, monkeypatch, case):
     _equal(tmp_path / "pq", tmp_path / "csv")
     clients = load_run(tmp_path / "pq").clients
     assert clients["a_norm"].isna().all() and clients["a_norm"].dtype == "float64"
+
+
+def test_compare_format_parquet_reads_back_as_csv_compare(tmp_path):
+    """``fedsim compare --format parquet``: every run folder holds part folders; ``load_compare``
+    and the per-run summary equal the CSV comparison's; ``fedsim plot`` draws the per-cell figures
+    (which read a run's tables directly) from them."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "rounds": 4, "checkpoint": {"every": 0}}))
+    for fmt in ("csv", "parquet"):
+        cmd = ["compare", str(path), "--algorithms", "fedavg,scaffold", "--seeds", "0,1", "--quiet",
+               "--out", str(tmp_path / fmt), "--format", fmt]  # fmt: skip
+        assert main(cmd) == 0
+    folders = sorted(p.parent for p in (tmp_path / "parquet").rglob("model.pt"))
+    assert len(folders) == 4
+    assert all((f / "rounds.parquet").is_dir() and not (f / "rounds.csv").exists() for f in folders)
+    for table in ("rounds", "clients"):
+        a, b = (load_compare(tmp_path / fmt, table=table).drop(columns=["folder"]) for fmt in ("csv", "parquet"))
+        assert len(a) == (16 if table == "rounds" else len(b)) and len(a) > 0
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+    a, b = (pd.read_csv(tmp_path / fmt / "runs.csv").drop(columns=["folder"]) for fmt in ("csv", "parquet"))
+    pd.testing.assert_frame_equal(a, b)
+    assert b["complete"].tolist() == [1, 1, 1, 1]
+    assert main(["plot", str(tmp_path / "parquet"), "--out", str(tmp_path / "fig")]) == 0
+    names = {p.name for p in (tmp_path / "fig").iterdir()}
+    assert {f"{k}_{a}-window.png" for k in ("tau", "timeline") for a in ("fedavg", "scaffold")} <= names
