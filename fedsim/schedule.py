@@ -92,12 +92,16 @@ def _write_tables(clock, rounds: int, out: Path) -> None:
 def _write_parquet(clock, rounds: int, out: Path) -> None:
     """The tables as Parquet parts: each round's client columns go in as numpy arrays (a part per
     ``rows_per_part`` rows, the rest at the end); the rows are those of :func:`_write_tables`."""
+    import pyarrow as pa
+
     fr = ParquetTableWriter(table_path(out, "rounds"), SCHEDULE_ROUND_COLUMNS)
     fc = ParquetTableWriter(table_path(out, "clients"), CLIENT_COLUMNS)
+    names = pa.array(STATUSES, type=pa.string())
     for table in islice(clock.tables(), rounds):
         fr.write([round_row(table)])
         c = table.columns
-        fc.write_columns({**{k: c[k] for k in CLIENT_COLUMNS if k in c}, "status": _STATUS_TEXT[c["status"]]}, len(table))
+        status = names.take(pa.array(c["status"]))  # status codes to their names, in C
+        fc.write_columns({**{k: c[k] for k in CLIENT_COLUMNS if k in c}, "status": status}, len(table))
     fr.close()
     fc.close()
 

@@ -73,6 +73,12 @@ def part_rows(path: str | Path) -> list[int]:
     return [pq.ParquetFile(p).metadata.num_rows for p in _part_files(path)]
 
 
+def _array(values: Any, type_):
+    import pyarrow as pa
+
+    return values.cast(type_) if isinstance(values, pa.Array) else pa.array(values, type=type_)
+
+
 def _cell(row: Any, col: str) -> Any:
     return row.get(col) if isinstance(row, Mapping) else getattr(row, col)
 
@@ -124,8 +130,8 @@ class ParquetTableWriter:
             self._write_part()
 
     def write_columns(self, cols: Mapping[str, Any], n: int) -> None:
-        """Append ``n`` rows given as columns (numpy arrays or lists of length ``n``; a column
-        not in ``cols`` is empty). Needs the schema, so every column must be in
+        """Append ``n`` rows given as columns (numpy arrays, lists or pyarrow arrays of length
+        ``n``; a column not in ``cols`` is empty). Needs the schema, so every column must be in
         :data:`COLUMN_TYPES` unless parts already fix it."""
         import pyarrow as pa
 
@@ -133,8 +139,7 @@ class ParquetTableWriter:
             return
         self._batch_rows()
         schema = self._known_schema()
-        arrays = [pa.array(cols[c], type=f.type) if c in cols else pa.nulls(n, type=f.type)
-                  for c, f in zip(self.columns, schema)]  # fmt: skip
+        arrays = [_array(cols[c], f.type) if c in cols else pa.nulls(n, type=f.type) for c, f in zip(self.columns, schema)]
         self._batches.append(pa.Table.from_arrays(arrays, schema=schema))
         self._waiting += n
         if self._waiting >= self.rows_per_part:
