@@ -16,8 +16,8 @@ Rows are records (each cell read with ``getattr``, as the CSV writer does) or ma
 key is an empty cell); :meth:`ParquetTableWriter.write_columns` takes whole numpy columns (the
 clock-only run's fast path). Column types: the known columns of fedsim's tables have fixed types
 (:data:`COLUMN_TYPES`); another column takes the type of its first non-empty value (int, float or
-string), float when it has none. Empty cells are nulls; read back, an integer column with nulls becomes float with NaN,
-as ``pandas.read_csv`` reads the CSV table.
+string), float when it has none. Empty cells are nulls; read back, an integer column with nulls
+becomes float with NaN, as ``pandas.read_csv`` reads the CSV table.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ class ParquetTableWriter:
             return
         self._batch_rows()
         schema = self._known_schema()
-        arrays = [_array(cols[c], f.type) if c in cols else pa.nulls(n, type=f.type) for c, f in zip(self.columns, schema)]
+        arrays = [_array(cols[c], f.type) if c in cols else pa.nulls(n, type=f.type)
+                  for c, f in zip(self.columns, schema)]  # fmt: skip
         self._batches.append(pa.Table.from_arrays(arrays, schema=schema))
         self._waiting += n
         if self._waiting >= self.rows_per_part:

@@ -5,9 +5,9 @@ Every check here only reads; nothing is written before the run's workload and cl
 Which folders are accepted:
 
 - a new or empty folder (a left-over lock file and fedsim's ``*.tmp`` files count as empty);
-- a fedsim run (``scenario.yaml`` and ``rounds.csv`` or ``rounds.parquet/``) only with ``--force`` (which deletes only
-  fedsim's own files) or ``--resume`` (same scenario, tables at least as long as the checkpoint
-  records);
+- a fedsim run (``scenario.yaml`` and ``rounds.csv`` or ``rounds.parquet/``) only with ``--force``
+  (which deletes only fedsim's own files) or ``--resume`` (same scenario, tables at least as long
+  as the checkpoint records);
 - any other non-empty folder only with ``--force``, which again deletes only fedsim's own files
   and leaves everything else in place.
 """
@@ -30,8 +30,8 @@ from ..scenario import Scenario, dump_scenario
 from .files import FolderError, safe_component, write_atomic
 
 __all__ = [
-    "FILES", "TABLE_FOLDERS", "FORMATS", "LOCK", "stored_format", "default_out", "variant_folder", "check_folder", "check_unlocked", "locked", "prepare_folder",
-    "open_for_resume", "table_columns", "Tables", "write_partition", "save_model", "info_text",
+    "FILES", "TABLE_FOLDERS", "LOCK", "stored_format", "default_out", "variant_folder", "check_folder",
+    "check_unlocked", "locked", "prepare_folder", "open_for_resume", "table_columns", "Tables", "write_partition", "save_model", "info_text",
 ]
 
 #: Every file fedsim writes into a run folder (``--force`` deletes these and nothing else).
@@ -39,8 +39,6 @@ FILES = ("scenario.yaml", "rounds.csv", "clients.csv", "model.pt", "partition.cs
 #: The table folders of a ``--format parquet`` run (``--force`` deletes their part files, then the
 #: folders when nothing else is left in them).
 TABLE_FOLDERS = PARQUET_TABLES
-#: Table formats (``--format``): CSV files or folders of Parquet parts (:mod:`fedsim.report.parquet`).
-FORMATS = ("csv", "parquet")
 #: The lock file held (``flock``) while a run uses the folder; the kernel releases it when the
 #: process ends, however it ends, so a killed run leaves no stale lock.
 LOCK = "run.lock"
