@@ -2,7 +2,8 @@
 
 A checkpoint after round r holds the engine's state (global model; server state: optimizer
 moments, control variates, global direction, averaged v_hat; async: live model versions), the
-next round index and the byte length of ``rounds.csv`` / ``clients.csv`` at that moment. The
+next round index and the byte length of ``rounds.csv`` / ``clients.csv`` at that moment (a
+``--format parquet`` run: the part count of ``rounds.parquet/`` / ``clients.parquet/``, its keys). The
 clock needs no saved state: it is replayed from the scenario seed (its random streams are keyed
 by (seed, purpose, client, round), so no generator positions exist to save). Resuming truncates
 the tables to the recorded lengths, so rows written after the checkpoint are cut back and the
@@ -22,11 +23,13 @@ import torch
 
 from .run.files import FolderError, write_atomic
 
-__all__ = ["CHECKPOINT", "TABLES", "save_checkpoint", "load_checkpoint"]
+__all__ = ["CHECKPOINT", "TABLES", "PARQUET_TABLES", "save_checkpoint", "load_checkpoint"]
 
 CHECKPOINT = "checkpoint.pt"
 #: The tables whose byte lengths a checkpoint records.
 TABLES = ("rounds.csv", "clients.csv")
+#: The table folders whose part counts a checkpoint of a ``--format parquet`` run records.
+PARQUET_TABLES = ("rounds.parquet", "clients.parquet")
 
 
 def save_checkpoint(out: Path, next_round: int, table_sizes: dict[str, int], state: dict) -> None:
@@ -69,7 +72,7 @@ def _well_formed(ck) -> bool:
     sizes = ck["table_sizes"]
     return (
         type(ck["next_round"]) is int and ck["next_round"] >= 1
-        and isinstance(sizes, dict) and set(sizes) == set(TABLES)
+        and isinstance(sizes, dict) and set(sizes) in (set(TABLES), set(PARQUET_TABLES))
         and all(type(v) is int and v >= 0 for v in sizes.values())
         and isinstance(ck["sim"], dict) and isinstance(ck["sim"].get("params"), dict)
     )

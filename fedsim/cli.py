@@ -35,6 +35,8 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="replace an existing run folder")
     r.add_argument("--resume", default=None, metavar="DIR", help="continue the run in DIR from its last checkpoint")
     r.add_argument("--schedule-only", action="store_true", help="run only the clock; write clients.csv and round times")
+    r.add_argument("--format", dest="table_format", choices=("csv", "parquet"), default=None,
+                   help="rounds/clients tables as CSV (default) or Parquet part folders; --resume keeps the run's")
     r.add_argument("--quiet", action="store_true")
     v = sub.add_parser("validate", help="check a scenario without running it")
     v.add_argument("scenario")
@@ -103,10 +105,11 @@ def _cmd_run(args) -> int:
                 from .schedule import run_schedule
 
                 if main:
-                    run_schedule(vsc, out, force=args.force)
+                    run_schedule(vsc, out, force=args.force, table_format=args.table_format or "csv")
                     print(f"{vsc.name}: schedule written to {out}")
                 continue
-            summary = run(vsc, out, force=args.force, progress=not args.quiet, resume=bool(args.resume))
+            summary = run(vsc, out, force=args.force, progress=not args.quiet, resume=bool(args.resume),
+                          table_format=args.table_format)
             results.append((vname or vsc.name, summary, out))
     finally:
         distributed.shutdown()

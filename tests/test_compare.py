@@ -167,7 +167,7 @@ def test_plan_compare_skips_async_mismatches(tmp_path):
 def fake_runner(monkeypatch):
     calls = []
 
-    def fake(scenario_text, folder):
+    def fake(scenario_text, folder, table_format="csv"):
         sc = yaml.safe_load(scenario_text)
         calls.append(folder)
         bias = 0.1 if sc["algorithm"]["name"] == "fednova" else 0.0

@@ -67,7 +67,7 @@ def test_rounds_bar_keeps_the_last_accuracy_and_closes_on_divergence():
 
 
 def test_compare_bar_counts_runs_and_keeps_the_log_lines(tmp_path, monkeypatch):
-    def fake(scenario_text, folder):
+    def fake(scenario_text, folder, table_format="csv"):
         sc = yaml.safe_load(scenario_text)
         write_run(folder, seed=sc["seed"], algorithm=sc["algorithm"]["name"], rounds=sc["rounds"], partition=False)
         with open(os.path.join(folder, "scenario.yaml"), "w") as f:

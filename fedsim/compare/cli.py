@@ -43,6 +43,8 @@ def add_compare_parser(sub) -> None:
     c.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
     c.add_argument("--out", default=None, help="comparison folder (default runs/<name>-compare)")
     c.add_argument("--force", action="store_true", help="rerun cells that are already complete")
+    c.add_argument("--format", dest="table_format", choices=("csv", "parquet"), default="csv",
+                   help="tables of the runs started: CSV (default) or Parquet part folders")
     c.add_argument("--plot", action="store_true", help="also write the figures to OUT/figures")
     c.add_argument("--quiet", action="store_true")
 
@@ -66,6 +68,7 @@ def cmd_compare(args) -> int:
         force=args.force,
         log=_main_log(args.quiet),
         progress=not args.quiet,
+        table_format=args.table_format,
     )
     man = read_manifest(res.out) or {}
     print(format_summary(res.summary, man.get("keys")))

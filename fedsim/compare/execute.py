@@ -38,11 +38,12 @@ def is_complete(folder: str | Path, scenario: Scenario | None = None) -> bool:
     return run_complete(folder, None if scenario is None else dump_scenario(scenario))
 
 
-def run_one(scenario_text: str, folder: str) -> dict:
+def run_one(scenario_text: str, folder: str, table_format: str = "csv") -> dict:
     """Worker: run one (cell, seed) into its folder (top level so spawned processes can import it).
 
     A folder holding an unfinished run of the same scenario is continued from its last checkpoint
-    (from the start when it has none); anything else there is replaced. Threads follow the
+    (from the start when it has none), in that run's table format; anything else there is
+    replaced by a run writing ``table_format`` tables (``csv`` or ``parquet``). Threads follow the
     engine's rule in every worker (fedsim.engine.threads), so --jobs changes no result; parallel
     workers on the same cores take turns at each round's compute.
     """
@@ -52,7 +53,7 @@ def run_one(scenario_text: str, folder: str) -> dict:
     stored = Path(folder) / "scenario.yaml"
     same = stored.is_file() and stored.read_text() == scenario_text
     t0 = time.perf_counter()
-    s = run(sc, Path(folder), force=not same, resume=same, progress=False)
+    s = run(sc, Path(folder), force=not same, resume=same, progress=False, table_format=None if same else table_format)
     return {"rounds": s.rounds, "sim_time": s.sim_time, "test_acc": s.test_acc, "wall": time.perf_counter() - t0}
 
 
@@ -82,6 +83,7 @@ def run_compare(
     force: bool = False,
     log: Callable[[str], None] | None = None,
     progress: bool = False,
+    table_format: str = "csv",
 ) -> CompareResult:
     """Run (or resume) a comparison and write its tables; see the module docstring for the layout.
 
@@ -97,6 +99,7 @@ def run_compare(
         force: rerun cells even when complete.
         log: called with one line per finished or skipped run (e.g. ``print``).
         progress: show a progress bar over the runs to do on standard error when it is a terminal.
+        table_format: ``csv`` or ``parquet`` tables for the runs started here (:func:`run_one`).
     """
     if isinstance(scenario, dict):
         base_raw, base_dir, src = copy.deepcopy(scenario), None, None
@@ -150,7 +153,7 @@ def run_compare(
         if jobs == 1 or len(todo) <= 1:
             for r in todo:
                 try:
-                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder)), None)
+                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder), table_format), None)
                 except Exception as err:  # noqa: BLE001 - one failed cell must not lose the others
                     finished(r, None, err)
         else:
@@ -158,7 +161,7 @@ def run_compare(
 
             ctx = mp.get_context("spawn")
             with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
-                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder)): r for r in todo}
+                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder), table_format): r for r in todo}
                 try:
                     while pending:
                         done, _ = wait(pending, return_when=FIRST_COMPLETED)

@@ -12,10 +12,12 @@ round). The checkpoint records each table's part count (:meth:`ParquetTableWrite
 resuming deletes the parts past that count (:func:`cut_parts`) and the rerun rounds write the
 same rows again, so a resumed run reads back equal to an uninterrupted one.
 
-Column types: the known columns of fedsim's tables have fixed types (:data:`COLUMN_TYPES`);
-another column takes the type of its first non-empty value (int, float or string), float when it
-has none. Empty cells are nulls; read back, an integer column with nulls becomes float with NaN,
-as ``pandas.read_csv`` reads the CSV table.
+Rows are records (each cell read with ``getattr``, as the CSV writer does) or mappings (a missing
+key is an empty cell); :meth:`ParquetTableWriter.write_columns` takes whole numpy columns (the
+clock-only run's fast path). Column types: the known columns of fedsim's tables have fixed types
+(:data:`COLUMN_TYPES`); another column takes the type of its first non-empty value (int, float or
+string), float when it has none. Empty cells are nulls; read back, an integer column with nulls
+becomes float with NaN, as ``pandas.read_csv`` reads the CSV table.
 """
 
 from __future__ import annotations
@@ -23,16 +25,21 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-__all__ = ["ParquetTableWriter", "read_table", "cut_parts", "table_path", "COLUMN_TYPES"]
+__all__ = [
+    "ParquetTableWriter", "read_table", "has_table", "cut_parts", "table_path", "part_columns", "part_rows",
+    "COLUMN_TYPES",
+]
 
 #: pyarrow type names of the known columns of rounds and clients tables.
 COLUMN_TYPES = {
     **dict.fromkeys(["round", "participants", "tau_min", "tau_max", "diverged", "client", "steps", "version",
                      "staleness", "available"], "int64"),  # fmt: skip
+    **dict.fromkeys(["sim_time", "tau_mean", "train_loss", "test_loss", "test_acc", "lr", "dist_to_opt", "a_norm",
+                     "start", "end", "weight", "download", "upload"], "float64"),  # fmt: skip
     "status": "string",
 }
 
@@ -42,8 +49,38 @@ def table_path(folder: str | Path, name: str) -> Path:
     return Path(folder) / f"{name}.parquet"
 
 
+def has_table(folder: str | Path, name: str) -> bool:
+    """Whether a run folder holds table ``name``, as ``name.parquet/`` or ``name.csv``."""
+    return table_path(folder, name).is_dir() or (Path(folder) / f"{name}.csv").is_file()
+
+
 def _part_files(path: Path) -> list[Path]:
-    return sorted(path.glob("part-*.parquet"))
+    return sorted(Path(path).glob("part-*.parquet"))
+
+
+def part_columns(path: str | Path) -> list[str] | None:
+    """The column names of a table folder (its first part's schema; None when it has no part)."""
+    import pyarrow.parquet as pq
+
+    parts = _part_files(path)
+    return pq.read_schema(parts[0]).names if parts else None
+
+
+def part_rows(path: str | Path) -> list[int]:
+    """The row count of each part of a table folder, in order (from the parts' footers)."""
+    import pyarrow.parquet as pq
+
+    return [pq.ParquetFile(p).metadata.num_rows for p in _part_files(path)]
+
+
+def _array(values: Any, type_):
+    import pyarrow as pa
+
+    return values.cast(type_) if isinstance(values, pa.Array) else pa.array(values, type=type_)
+
+
+def _cell(row: Any, col: str) -> Any:
+    return row.get(col) if isinstance(row, Mapping) else getattr(row, col)
 
 
 def _type_of(column: str, rows: list[dict]):
@@ -78,15 +115,35 @@ class ParquetTableWriter:
         self._count = len(existing)
         self._schema = pq.read_schema(existing[0]) if existing else None
         self._rows: list[dict] = []
+        self._batches: list = []  # pyarrow tables waiting, in order (rows are turned into one first)
+        self._waiting = 0
         self._closed = False
 
     def parts(self) -> int:
         """Parts on disk (after a ``sync``: everything written so far); what a checkpoint records."""
         return self._count
 
-    def write(self, rows: Iterable[dict]) -> None:
-        self._rows.extend({c: r.get(c) for c in self.columns} for r in rows)
-        if len(self._rows) >= self.rows_per_part:
+    def write(self, rows: Iterable[Any]) -> None:
+        """Append rows: records (cells by ``getattr``) or mappings (a missing key is empty)."""
+        self._rows.extend({c: _cell(r, c) for c in self.columns} for r in rows)
+        if len(self._rows) + self._waiting >= self.rows_per_part:
+            self._write_part()
+
+    def write_columns(self, cols: Mapping[str, Any], n: int) -> None:
+        """Append ``n`` rows given as columns (numpy arrays, lists or pyarrow arrays of length
+        ``n``; a column not in ``cols`` is empty). Needs the schema, so every column must be in
+        :data:`COLUMN_TYPES` unless parts already fix it."""
+        import pyarrow as pa
+
+        if n == 0:
+            return
+        self._batch_rows()
+        schema = self._known_schema()
+        arrays = [_array(cols[c], f.type) if c in cols else pa.nulls(n, type=f.type)
+                  for c, f in zip(self.columns, schema)]  # fmt: skip
+        self._batches.append(pa.Table.from_arrays(arrays, schema=schema))
+        self._waiting += n
+        if self._waiting >= self.rows_per_part:
             self._write_part()
 
     def sync(self) -> None:
@@ -98,15 +155,29 @@ class ParquetTableWriter:
             self.sync()
             self._closed = True
 
+    def _known_schema(self):
+        import pyarrow as pa
+
+        if self._schema is None:
+            self._schema = pa.schema([(c, _type_of(c, self._rows)) for c in self.columns])
+        return self._schema
+
+    def _batch_rows(self) -> None:
+        import pyarrow as pa
+
+        if self._rows:
+            self._batches.append(pa.Table.from_pylist(self._rows, schema=self._known_schema()))
+            self._waiting += len(self._rows)
+            self._rows = []
+
     def _write_part(self) -> None:
-        if not self._rows:
+        self._batch_rows()
+        if not self._batches:
             return
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if self._schema is None:
-            self._schema = pa.schema([(c, _type_of(c, self._rows)) for c in self.columns])
-        table = pa.Table.from_pylist(self._rows, schema=self._schema)
+        table = pa.concat_tables(self._batches)
         final = self.path / f"part-{self._count:05d}.parquet"
         fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=self.path)
         os.close(fd)
@@ -119,7 +190,7 @@ class ParquetTableWriter:
             Path(tmp).unlink(missing_ok=True)
             raise
         self._count += 1
-        self._rows = []
+        self._batches, self._waiting = [], 0
 
 
 def cut_parts(path: str | Path, count: int) -> None:
@@ -135,14 +206,15 @@ def cut_parts(path: str | Path, count: int) -> None:
 
 def read_table(folder: str | Path, name: str) -> pd.DataFrame:
     """Table ``name`` (``rounds`` or ``clients``) of a run folder: ``name.parquet/`` when it is
-    there, else ``name.csv``."""
+    there and holds parts or there is no ``name.csv``, else ``name.csv`` (a part folder that
+    ``--force`` left because it held other files is not a table)."""
     path = table_path(folder, name)
-    if path.is_dir():
+    files = _part_files(path) if path.is_dir() else []
+    if path.is_dir() and (files or not (Path(folder) / f"{name}.csv").is_file()):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        parts = [pq.read_table(p) for p in _part_files(path)]
-        if not parts:
+        if not files:
             return pd.DataFrame()
-        return pa.concat_tables(parts).to_pandas()
+        return pa.concat_tables([pq.read_table(p) for p in files]).to_pandas()
     return pd.read_csv(Path(folder) / f"{name}.csv")

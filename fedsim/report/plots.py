@@ -29,6 +29,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from .parquet import has_table, read_table  # noqa: E402
 from .summary import time_to_target  # noqa: E402
 
 __all__ = [
@@ -573,14 +574,14 @@ def plot_dir(
         return written
     first: dict[str, dict] = {}
     for r in runs:
-        if r["cell"] not in first and (Path(r["folder"]) / "clients.csv").is_file():
+        if r["cell"] not in first and has_table(r["folder"], "clients"):
             first[r["cell"]] = r
     partitions: list[tuple[str, pd.DataFrame]] = []
     for cell, r in first.items():
         folder = Path(r["folder"])
         try:
-            clients = pd.read_csv(folder / "clients.csv")
-            rtab = pd.read_csv(folder / "rounds.csv")
+            clients = read_table(folder, "clients")
+            rtab = read_table(folder, "rounds")
         except pd.errors.EmptyDataError:
             continue
         slug = _slug(cell)

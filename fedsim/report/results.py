@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import pandas as pd
 import yaml
 
+from .parquet import has_table, read_table
 from .summary import SUMMARY_METRICS, aggregate_seeds, run_summary
 
 __all__ = [
@@ -57,11 +58,11 @@ def format_value(v: Any) -> str:
 def run_complete(folder: str | Path, scenario_text: str | None = None) -> bool:
     """True when ``folder`` holds a finished run (whose ``scenario.yaml`` is ``scenario_text``, if given).
 
-    Finished: ``model.pt`` exists and the last row of ``rounds.csv`` is the final round
+    Finished: ``model.pt`` exists and the last row of ``rounds.csv`` (or ``rounds.parquet/``) is the final round
     (``rounds - 1`` of its ``scenario.yaml``) or a divergence (a diverged run is a result too).
     """
     f = Path(folder)
-    if not (f / "model.pt").is_file() or not (f / "rounds.csv").is_file():
+    if not (f / "model.pt").is_file() or not has_table(f, "rounds"):
         return False
     try:
         text = (f / "scenario.yaml").read_text()
@@ -71,7 +72,7 @@ def run_complete(folder: str | Path, scenario_text: str | None = None) -> bool:
         return False
     try:
         rounds_total = int(yaml.safe_load(text)["rounds"])
-        df = pd.read_csv(f / "rounds.csv")
+        df = read_table(f, "rounds")
     except Exception:  # noqa: BLE001 - anything unreadable is simply not complete
         return False
     if df.empty:
@@ -108,7 +109,11 @@ def find_runs(path: str | Path) -> tuple[list[dict], list[str], float | None]:
             for r in man.get("runs", [])
         ]
         return runs, list(man.get("keys") or []), man.get("target")
-    folders = [p] if (p / "rounds.csv").is_file() else sorted(f.parent for f in p.rglob("rounds.csv"))
+    if has_table(p, "rounds"):
+        folders = [p]
+    else:
+        found = [f for f in p.rglob("rounds.csv") if f.is_file()] + [f for f in p.rglob("rounds.parquet") if f.is_dir()]
+        folders = sorted({f.parent for f in found})
     runs = []
     for f in folders:
         info = _scenario_keys(f)
@@ -138,7 +143,8 @@ def load_compare(path: str | Path, table: str = "rounds") -> pd.DataFrame:
 
     Columns: ``cell``, the cell's keys (``algorithm``, ``policy``, any grid key such as
     ``algorithm.lr``), ``seed``, then the run's ``rounds.csv`` columns and ``folder``.
-    ``table="clients"`` gives ``clients.csv`` instead (one row per run x round x client).
+    ``table="clients"`` gives ``clients.csv`` instead (one row per run x round x client). Either
+    format is read (:func:`fedsim.report.parquet.read_table`).
     Runs without that table yet (not started) are left out.
     """
     if table not in ("rounds", "clients"):
@@ -146,11 +152,10 @@ def load_compare(path: str | Path, table: str = "rounds") -> pd.DataFrame:
     runs, keys, _ = find_runs(path)
     frames = []
     for r in runs:
-        f = Path(r["folder"]) / f"{table}.csv"
-        if not f.is_file():
+        if not has_table(r["folder"], table):
             continue
         try:
-            df = pd.read_csv(f)
+            df = read_table(r["folder"], table)
         except pd.errors.EmptyDataError:
             continue
         meta = _keys_frame(r, keys)
@@ -175,11 +180,10 @@ def summarize(path: str | Path, target: float | None = None, *, write: bool = Tr
         target = recorded
     rows = []
     for r in runs:
-        f = Path(r["folder"]) / "rounds.csv"
-        if not f.is_file():
+        if not has_table(r["folder"], "rounds"):
             continue
         try:
-            rounds = pd.read_csv(f)
+            rounds = read_table(r["folder"], "rounds")
         except pd.errors.EmptyDataError:
             continue
         row = _keys_frame(r, keys)

@@ -83,6 +83,8 @@ class Run(NamedTuple):
 
 
 def load_run(path: str | Path) -> Run:
-    """The run folder's ``rounds.csv`` and ``clients.csv`` as DataFrames."""
-    p = Path(path)
-    return Run(pd.read_csv(p / "rounds.csv"), pd.read_csv(p / "clients.csv"))
+    """The run folder's rounds and clients tables as DataFrames: ``rounds.csv`` and
+    ``clients.csv``, or the ``--format parquet`` folders (:func:`fedsim.report.parquet.read_table`)."""
+    from .parquet import read_table
+
+    return Run(read_table(path, "rounds"), read_table(path, "clients"))

@@ -30,7 +30,8 @@ __all__ = ["run"]
 
 
 def run(
-    sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True, resume: bool = False
+    sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True, resume: bool = False,
+    table_format: str | None = None,
 ) -> RunSummary:
     """Run ``sc`` into ``out`` (default ``runs/<name>``); returns the final summary.
 
@@ -38,6 +39,9 @@ def run(
     there is none); rows written after that checkpoint are cut back first. A folder that is not
     this run's to write is refused (:class:`~fedsim.run.files.FolderError`, exit 2) before
     anything is built, and one another run holds before anything is written.
+
+    ``table_format``: ``csv`` (default) or ``parquet`` (:class:`fedsim.run.folder.Tables`); a
+    resumed run keeps its folder's format and refuses another one.
     """
     out = Path(out) if out is not None else default_out(sc)
     main = distributed.is_main()  # under torchrun only rank 0 touches the run folder
@@ -51,13 +55,16 @@ def run(
     engine = built.engine
     with ExitStack() as stack:
 
-        def open_folder() -> dict | None:
+        def open_folder() -> tuple[dict | None, str]:
             stack.enter_context(locked(out))
             if resume:
-                return open_for_resume(sc, out, engine.params, quadratic=engine.work.is_quadratic)
-            return prepare_folder(sc, out, force=force)
+                return open_for_resume(
+                    sc, out, engine.params, quadratic=engine.work.is_quadratic, table_format=table_format
+                )
+            prepare_folder(sc, out, force=force)
+            return None, table_format or "csv"
 
-        ck = agree(open_folder)
+        ck, fmt = agree(open_folder)
         start = 0
         if ck is not None:
             engine.load_state(ck["sim"])
@@ -67,7 +74,7 @@ def run(
             if engine.work.class_counts is not None:
                 write_partition(out / "partition.csv", engine.work.class_counts)
             write_atomic(out / "info.yaml", info_text(sc, engine, built.cost).encode())
-            tables = stack.enter_context(closing(Tables(out, quadratic=engine.work.is_quadratic)))
+            tables = stack.enter_context(closing(Tables(out, quadratic=engine.work.is_quadratic, table_format=fmt)))
             sinks.append(tables.write)
             bar = progress_bar(sc.name, sc.rounds, initial=start) if progress else None
             if bar is not None:

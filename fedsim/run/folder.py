@@ -5,9 +5,9 @@ Every check here only reads; nothing is written before the run's workload and cl
 Which folders are accepted:
 
 - a new or empty folder (a left-over lock file and fedsim's ``*.tmp`` files count as empty);
-- a fedsim run (``scenario.yaml`` and ``rounds.csv``) only with ``--force`` (which deletes only
-  fedsim's own files) or ``--resume`` (same scenario, tables at least as long as the checkpoint
-  records);
+- a fedsim run (``scenario.yaml`` and ``rounds.csv`` or ``rounds.parquet/``) only with ``--force``
+  (which deletes only fedsim's own files) or ``--resume`` (same scenario, tables at least as long
+  as the checkpoint records);
 - any other non-empty folder only with ``--force``, which again deletes only fedsim's own files
   and leaves everything else in place.
 """
@@ -22,19 +22,23 @@ from typing import Collection, Iterator
 
 import torch
 
-from ..checkpoint import CHECKPOINT, TABLES, load_checkpoint
+from ..checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, load_checkpoint
 from ..records import ClientRecord, RoundRecord, columns
+from ..report.parquet import ParquetTableWriter, cut_parts, part_columns, part_rows
 from ..report.tables import TableWriter
 from ..scenario import Scenario, dump_scenario
 from .files import FolderError, safe_component, write_atomic
 
 __all__ = [
-    "FILES", "LOCK", "default_out", "variant_folder", "check_folder", "check_unlocked", "locked", "prepare_folder",
-    "open_for_resume", "table_columns", "Tables", "write_partition", "save_model", "info_text",
+    "FILES", "TABLE_FOLDERS", "LOCK", "stored_format", "default_out", "variant_folder", "check_folder",
+    "check_unlocked", "locked", "prepare_folder", "open_for_resume", "table_columns", "Tables", "write_partition", "save_model", "info_text",
 ]
 
 #: Every file fedsim writes into a run folder (``--force`` deletes these and nothing else).
 FILES = ("scenario.yaml", "rounds.csv", "clients.csv", "model.pt", "partition.csv", "info.yaml", CHECKPOINT)
+#: The table folders of a ``--format parquet`` run (``--force`` deletes their part files, then the
+#: folders when nothing else is left in them).
+TABLE_FOLDERS = PARQUET_TABLES
 #: The lock file held (``flock``) while a run uses the folder; the kernel releases it when the
 #: process ends, however it ends, so a killed run leaves no stale lock.
 LOCK = "run.lock"
@@ -67,13 +71,27 @@ def check_folder(sc: Scenario, out: Path, *, force: bool = False, resume: bool =
         return
     if force or not out.exists():
         return
-    if not (out / "scenario.yaml").is_file() or not (out / "rounds.csv").is_file():
+    if not (out / "scenario.yaml").is_file() or not _has_rounds(out):
         if any(p.name not in _LEFTOVERS for p in out.iterdir()):
             raise FolderError(f"--out {out}: not empty and not a fedsim run folder; use --force to write fedsim's files into it")
         return
     if (out / "scenario.yaml").read_text() != dump_scenario(sc):
         raise FolderError(f"--out {out}: holds a different scenario's run; use --force to replace it")
     raise FolderError(f"--out {out}: already holds this scenario's run; use --resume to continue or --force")
+
+
+def _has_rounds(out: Path) -> bool:
+    return (out / "rounds.csv").is_file() or (out / "rounds.parquet").is_dir()
+
+
+def stored_format(out: Path, ck: dict | None) -> str | None:
+    """The table format of the run in ``out``: its checkpoint's (the tables it records), else
+    ``csv`` when ``rounds.csv`` is there, ``parquet`` when ``rounds.parquet/`` is, else None."""
+    if ck is not None:
+        return "parquet" if set(ck["table_sizes"]) == set(PARQUET_TABLES) else "csv"
+    if (out / "rounds.csv").is_file():
+        return "csv"
+    return "parquet" if (out / "rounds.parquet").is_dir() else None
 
 
 def check_unlocked(out: Path) -> None:
@@ -109,21 +127,38 @@ def prepare_folder(sc: Scenario, out: Path, *, force: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in FILES + tuple(f + ".tmp" for f in FILES):
         (out / name).unlink(missing_ok=True)
+    for name in TABLE_FOLDERS:
+        if (out / name).is_dir():
+            cut_parts(out / name, 0)
+            try:
+                (out / name).rmdir()
+            except OSError:  # something not fedsim's is in it: leave it
+                pass
     write_atomic(out / "scenario.yaml", dump_scenario(sc).encode())
 
 
-def open_for_resume(sc: Scenario, out: Path, params: Collection[str], *, quadratic: bool) -> dict | None:
+def open_for_resume(
+    sc: Scenario, out: Path, params: Collection[str], *, quadratic: bool, table_format: str | None = None
+) -> tuple[dict | None, str]:
     """Check ``out`` for ``--resume`` and cut its tables back to its checkpoint; the checkpoint
-    (None: none, the run restarts from round 0).
+    (None: none, the run restarts from round 0) and the run's table format (:func:`stored_format`;
+    ``table_format`` or ``csv`` when the folder holds no table yet).
 
-    Refused, before anything is cut: a table shorter than the checkpoint records, missing, not
-    ending in a whole line there, or with other columns than this version writes; a ``rounds.csv`` whose row count there is not the checkpoint's
-    round; a checkpoint that is not a fedsim checkpoint (:func:`fedsim.checkpoint.load_checkpoint`),
-    is past the run's end or holds other parameters than ``params`` (the model's names).
+    Refused, before anything is cut: a ``table_format`` other than the run's; a table shorter
+    than the checkpoint records, missing, not ending in a whole line there, or with other columns
+    than this version writes; a ``rounds.csv`` whose row count there is not the checkpoint's
+    round (Parquet: fewer parts than recorded, a gap in their numbers, other columns, or another
+    row count of rounds in those parts); a checkpoint that is not a fedsim checkpoint
+    (:func:`fedsim.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
+    than ``params`` (the model's names).
     """
     check_folder(sc, out, resume=True)
     ck = load_checkpoint(out)
-    sizes = ck["table_sizes"] if ck else dict.fromkeys(TABLES, 0)
+    fmt = stored_format(out, ck) or table_format or "csv"
+    if table_format is not None and table_format != fmt:
+        raise FolderError(f"--resume {out}: holds a run with {fmt} tables; --format {table_format} does not match")
+    names = PARQUET_TABLES if fmt == "parquet" else TABLES
+    sizes = ck["table_sizes"] if ck else dict.fromkeys(names, 0)
     if ck is not None:
         if set(ck["sim"]["params"]) != set(params):
             raise FolderError(f"--resume {out}: {CHECKPOINT} holds another model's parameters")
@@ -131,14 +166,33 @@ def open_for_resume(sc: Scenario, out: Path, params: Collection[str], *, quadrat
             raise FolderError(f"--resume {out}: {CHECKPOINT} is for round {ck['next_round']} of a {sc.rounds}-round run")
         head = table_columns(quadratic)
         for name, size in sizes.items():
-            _check_table(out, name, size, head[name], ck["next_round"] + 1 if name == "rounds.csv" else None)
+            cols = head[name.replace(".parquet", ".csv")]
+            if fmt == "parquet":
+                _check_parts(out, name, size, cols, ck["next_round"] if name == "rounds.parquet" else None)
+            else:
+                _check_table(out, name, size, cols, ck["next_round"] + 1 if name == "rounds.csv" else None)
     for name, size in sizes.items():
-        if (out / name).exists():
+        if fmt == "parquet":
+            cut_parts(out / name, size)
+        elif (out / name).exists():
             with open(out / name, "r+b") as f:
                 f.truncate(size)
                 f.flush()
                 os.fsync(f.fileno())
-    return ck
+    return ck, fmt
+
+
+def _check_parts(out: Path, name: str, count: int, cols: list[str], rows: int | None) -> None:
+    path = out / name
+    have = part_rows(path) if path.is_dir() else None
+    if have is None or len(have) < count:
+        what = "is missing" if have is None else f"has {len(have)} parts"
+        raise FolderError(f"--resume {out}: {name} {what}; its checkpoint needs {count}, cannot resume exactly")
+    if count and part_columns(path) != cols:
+        raise FolderError(f"--resume {out}: {name} has other columns than this fedsim writes, cannot resume exactly")
+    names = sorted(p.name for p in path.glob("part-*.parquet"))[:count]
+    if names != [f"part-{i:05d}.parquet" for i in range(count)] or (rows is not None and sum(have[:count]) != rows):
+        raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
 
 
 def _check_table(out: Path, name: str, size: int, cols: list[str], lines: int | None) -> None:
@@ -170,13 +224,19 @@ def table_columns(quadratic: bool) -> dict[str, list[str]]:
 
 class Tables:
     """``rounds.csv`` and ``clients.csv`` of an open run folder (:func:`table_columns`),
-    appended to by :meth:`write`."""
+    appended to by :meth:`write`; with ``table_format="parquet"`` the folders
+    ``rounds.parquet/`` and ``clients.parquet/`` (:class:`fedsim.report.parquet.ParquetTableWriter`)."""
 
-    def __init__(self, out: Path, *, quadratic: bool):
+    def __init__(self, out: Path, *, quadratic: bool, table_format: str = "csv"):
         self.out = Path(out)
+        self.parquet = table_format == "parquet"
         cols = table_columns(quadratic)
-        self.rounds = TableWriter(self.out / "rounds.csv", cols["rounds.csv"])
-        self.clients = TableWriter(self.out / "clients.csv", cols["clients.csv"])
+        if self.parquet:
+            self.rounds = ParquetTableWriter(self.out / "rounds.parquet", cols["rounds.csv"])
+            self.clients = ParquetTableWriter(self.out / "clients.parquet", cols["clients.csv"])
+        else:
+            self.rounds = TableWriter(self.out / "rounds.csv", cols["rounds.csv"])
+            self.clients = TableWriter(self.out / "clients.csv", cols["clients.csv"])
 
     def write(self, record: RoundRecord, clients: list[ClientRecord]) -> None:
         """One round's rows (client rows first, as before)."""
@@ -184,9 +244,12 @@ class Tables:
         self.rounds.write([record])
 
     def synced_sizes(self) -> dict[str, int]:
-        """Byte lengths of the tables once everything written is on disk (for a checkpoint)."""
+        """Byte lengths of the tables (Parquet: part counts) once everything written is on disk
+        (for a checkpoint)."""
         self.rounds.sync()
         self.clients.sync()
+        if self.parquet:
+            return dict(zip(PARQUET_TABLES, (self.rounds.parts(), self.clients.parts())))
         return {n: (self.out / n).stat().st_size for n in TABLES}
 
     def close(self) -> None:
