@@ -2,11 +2,13 @@
 
     python scripts/snapshot_runs.py OUT.json          # run and record sha256 of every table
     python scripts/snapshot_runs.py OUT.json --diff BEFORE.json
+    python scripts/snapshot_runs.py OUT.json --diff BEFORE.json --drop available,download,upload
 
 Each scenario (every variant) runs 3 rounds (paper scenarios shrunk to their tiny stand-ins as in
 tests/test_paper_scenarios.py) with one thread, into a temporary folder; the hashes cover
 rounds.csv, clients.csv, partition.csv and model.pt's tensors. A restructuring that changes no
-output leaves every hash equal.
+output leaves every hash equal. ``--drop COLS`` hashes the tables without those columns (columns
+added on purpose since BEFORE), so the rest can still be compared byte for byte.
 """
 
 from __future__ import annotations
@@ -47,7 +49,17 @@ def tensor_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def snapshot() -> dict[str, str]:
+def table_bytes(path: Path, drop: set[str]) -> bytes:
+    """The table's bytes, without the columns in ``drop`` (fedsim's CSV cells hold no commas)."""
+    data = path.read_bytes()
+    if not drop:
+        return data
+    lines = data.decode().split("\n")
+    keep = [i for i, c in enumerate(lines[0].split(",")) if c not in drop]
+    return "\n".join(",".join(line.split(",")[i] for i in keep) if line else line for line in lines).encode()
+
+
+def snapshot(drop: set[str] = frozenset()) -> dict[str, str]:
     out: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for sc in sorted((ROOT / "scenarios").glob("*.yaml")):
@@ -62,7 +74,7 @@ def snapshot() -> dict[str, str]:
             for f in sorted(folder.rglob("*")):
                 rel = f"{sc.stem}/{f.relative_to(folder)}"
                 if f.name in ("rounds.csv", "clients.csv", "partition.csv"):
-                    out[rel] = hashlib.sha256(f.read_bytes()).hexdigest()
+                    out[rel] = hashlib.sha256(table_bytes(f, drop)).hexdigest()
                 elif f.name == "model.pt":
                     out[rel] = tensor_digest(f)
     return out
@@ -70,7 +82,8 @@ def snapshot() -> dict[str, str]:
 
 def main() -> int:
     dest = Path(sys.argv[1])
-    snap = snapshot()
+    drop = set(sys.argv[sys.argv.index("--drop") + 1].split(",")) if "--drop" in sys.argv else set()
+    snap = snapshot(drop)
     dest.write_text(json.dumps(snap, indent=1, sort_keys=True))
     if "--diff" in sys.argv:
         before = json.loads(Path(sys.argv[sys.argv.index("--diff") + 1]).read_text())
