@@ -25,9 +25,11 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 __all__ = [
     "ParquetTableWriter", "read_table", "has_table", "cut_parts", "table_path", "part_columns", "part_rows",
@@ -208,6 +210,8 @@ def read_table(folder: str | Path, name: str) -> pd.DataFrame:
     """Table ``name`` (``rounds`` or ``clients``) of a run folder: ``name.parquet/`` when it is
     there and holds parts or there is no ``name.csv``, else ``name.csv`` (a part folder that
     ``--force`` left because it held other files is not a table)."""
+    import pandas as pd
+
     path = table_path(folder, name)
     files = _part_files(path) if path.is_dir() else []
     if path.is_dir() and (files or not (Path(folder) / f"{name}.csv").is_file()):

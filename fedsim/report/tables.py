@@ -11,9 +11,11 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 from ..records import ClientRecord, RoundRecord, columns
 
