@@ -214,7 +214,7 @@ def dataset_for(sc):
     key (exit 2)."""
     from ..data import SyntheticPopulation, build_dataset
     from ..data.partition import PartitionSpec
-    from ..scenario import ScenarioError
+    from ..errors import ScenarioError
 
     d = sc.data
     try:
@@ -270,7 +270,7 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
     ds = source.dataset(sample.tolist() if subset else None) if isinstance(source, SyntheticPopulation) else source
     augment = ds.augment if d.augment is None else d.augment
     if augment and ds.x_train.ndim != 4:
-        from ..scenario import ScenarioError
+        from ..errors import ScenarioError
 
         raise ScenarioError(f"data.augment: random crop and flip need images; {ds.name} has flat features")
     # Move first, then normalize once on the device (on CUDA this keeps a single host copy).

@@ -24,7 +24,7 @@ def add_plot_parser(sub) -> None:
 
 
 def cmd_plot(args) -> int:
-    from ..scenario import ScenarioError
+    from ..errors import ScenarioError
     from .plots import plot_dir
 
     for d in args.dirs:
