@@ -72,7 +72,8 @@ def _work_cost(sc: Scenario):
     ds = dataset_for(sc)
     shape = tuple(ds.input_shape)
     module = build_model(sc.model_name, shape, ds.num_classes, hidden=sc.model.hidden)
-    return work_cost(module, shape, sc.algorithm.batch_size, resolve(sc.algorithm).uses_control_variates)
+    return work_cost(module, shape, sc.algorithm.batch_size, resolve(sc.algorithm).uses_control_variates,
+                     count_flops=s.compute is not None)
 
 
 def _write_tables(clock, rounds: int, out: Path) -> None:

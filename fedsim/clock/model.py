@@ -262,6 +262,6 @@ class WorkCost:
     """What one job costs, from the model (``fedsim.devices``): FLOPs of one local step (forward
     and backward at the batch size), bytes downloaded (the model) and bytes uploaded."""
 
-    step_flops: float
+    step_flops: float | None  # None when not counted (only system.compute needs it)
     model_bytes: float
     upload_bytes: float

@@ -75,19 +75,25 @@ def upload_bytes(model_size: int, uses_control_variates: bool) -> int:
 
 
 def work_cost(
-    module: nn.Module | None, input_shape: tuple[int, ...], batch_size: int, uses_control_variates: bool
+    module: nn.Module | None, input_shape: tuple[int, ...], batch_size: int, uses_control_variates: bool,
+    *, count_flops: bool = True,
 ) -> WorkCost:
-    """The :class:`WorkCost` of training ``module`` (``None``: the quadratic problem, refused)."""
+    """The :class:`WorkCost` of training ``module`` (``None``: the quadratic problem, refused).
+
+    ``count_flops=False`` leaves ``step_flops`` None: counting runs ``FlopCounterMode``, whose first
+    use imports ``torch._dynamo`` (about 1 s of start-up), so runs count only when the clock needs
+    the FLOPs (``system.compute``)."""
     if module is None:
         raise ValueError("model.name: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
     size = model_bytes(module)
     return WorkCost(
-        step_flops=step_flops(module, input_shape, batch_size),
+        step_flops=step_flops(module, input_shape, batch_size) if count_flops else None,
         model_bytes=size,
         upload_bytes=upload_bytes(size, uses_control_variates),
     )
 
 
 def cost_info(cost: WorkCost) -> dict[str, int]:
-    """The cost as ``info.yaml`` entries: ``step_flops``, ``model_bytes``, ``upload_bytes``."""
-    return {"step_flops": cost.step_flops, "model_bytes": cost.model_bytes, "upload_bytes": cost.upload_bytes}
+    """The cost as ``info.yaml`` entries: ``step_flops`` (when counted), ``model_bytes``, ``upload_bytes``."""
+    flops = {} if cost.step_flops is None else {"step_flops": cost.step_flops}
+    return {**flops, "model_bytes": cost.model_bytes, "upload_bytes": cost.upload_bytes}
