@@ -323,3 +323,23 @@ def test_importer_layout_with_online_column_and_device_values_on_offline_rows(tm
     assert [c.online.tolist() for c in trace.clients] == [[True, False], [False, True]]
     assert trace.clients[0].speed.tolist() == [1 / 0.012, 0.0] and trace.clients[1].speed.tolist() == [0.0, 2.0]
     assert (trace.down_kbps.tolist(), trace.up_kbps.tolist()) == ([5000.0, 80.0], [1200.0, 20.0])
+
+
+def test_device_trace_cycles_over_a_larger_population(tmp_path):
+    """FedScale's assignment: fedsim client i replays device i mod N (issue 11 item 3)."""
+    path = tmp_path / "dev.csv"
+    path.write_text("client,start,end,sample_seconds,down_kbps,up_kbps\n"
+                    "0,0,100,0.01,1000,500\n"
+                    "1,0,50,0.02,2000,800\n")
+    tr = load_trace(path, 5)
+    assert len(tr.clients) == 5
+    assert [c is tr.clients[i % 2] for i, c in enumerate(tr.clients)] == [True] * 5
+    assert tr.down_kbps.tolist() == [1000, 2000, 1000, 2000, 1000]
+    assert tr.up_kbps.tolist() == [500, 800, 500, 800, 500]
+    assert [c.mean_speed for c in tr.clients[:2]] == [100.0, 50.0]  # samples per second
+    small = load_trace(path, 1)  # a smaller population uses the first devices
+    assert len(small.clients) == 1 and small.down_kbps.tolist() == [1000]
+    gap = tmp_path / "gap.csv"  # device ids are dense: 0..N-1
+    gap.write_text("client,start,end,sample_seconds,down_kbps,up_kbps\n0,0,10,0.01,1,1\n2,0,10,0.01,1,1\n")
+    with pytest.raises(TraceError, match="no intervals for client"):
+        load_trace(gap, 3)

@@ -25,6 +25,9 @@ with '#' and blank lines are ignored). **Speed traces**::
   ``up_kbps`` > 0 are the client's bandwidths in kbit/s (the same on all its online rows): a
   download takes latency + model_kbit / down_kbps, an upload latency + upload_kbit / up_kbps, with
   kbit = bytes x 8 / 1024 (FedScale's units; the bytes come from the model, ``WorkCost``).
+* Device traces list devices 0 .. N-1 (every one with an interval); fedsim client i replays
+  device i mod N, so a population larger than the trace cycles over it (FedScale's assignment of
+  devices to clients in ascending id order).
 * Steps complete by integrating the speed over time (piecewise constant), divided by the job's
   slowdown factor if ``system.slowdown`` is set.
 * A client's period P is its last ``end``. Beyond it, ``system.trace_repeat`` decides:
@@ -57,6 +60,9 @@ from fedsim.errors import ScenarioError
 from .availability import cycle_times
 from .draws import whole_steps
 from .model import MAX_SPEED, MAX_TIME
+
+#: Largest device id a device trace may use (ids are dense, 0..N-1).
+MAX_DEVICES = 10**7
 
 __all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS", "DEVICE_COLUMNS"]
 
@@ -173,9 +179,11 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
         if not (c_text.isascii() and c_text.isdigit()):
             raise _fail(name, line, f"client must be a non-negative integer, got {c_text!r}")
         c = int(c_text)
-        if c >= num_clients:
+        if c >= num_clients and not device:
             known = f"the scenario has {num_clients} clients: 0..{num_clients - 1}"
             raise _fail(name, line, f"unknown client {c} ({known})")
+        if c > MAX_DEVICES:
+            raise _fail(name, line, f"device {c} is past the largest device id {MAX_DEVICES}")
         start = _number(name, line, "start", get["start"], MAX_TIME)
         end = _number(name, line, "end", get["end"], MAX_TIME)
         online_x = _number(name, line, "online", get.get("online", "1"), MAX_TIME)
@@ -196,13 +204,18 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
             raise _fail(name, line, f"speed must be >= 0, got {speed:g}")
         if online_x == 1.0 and speed == 0:
             raise _fail(name, line, "speed must be > 0 while online")
-        rows[c].append((start, end, online_x == 1.0, speed, line))
+        rows.setdefault(c, []).append((start, end, online_x == 1.0, speed, line))
     if index is None:
         raise _fail(name, None, "empty trace (no header line)")
 
+    # Device traces: fedsim client i replays device i mod N (N devices, ids 0..N-1 in ascending
+    # order, as imported from FedScale), so a population larger than the trace cycles over it.
+    devices = max((c for c, r in rows.items() if r), default=-1) + 1 if device else num_clients
+    if device:
+        rows = {c: rows.get(c, []) for c in range(devices)}
     clients = []
     missing = [c for c, r in rows.items() if not r]
-    for c in range(num_clients):
+    for c in range(devices):
         ivs = sorted(rows[c])
         for prev, cur in zip(ivs, ivs[1:]):
             if cur[0] < prev[1]:
@@ -215,8 +228,9 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
         raise _fail(name, None, f"no intervals for client(s) {listed} (every client needs at least one)")
     if not device:
         return Trace(name, tuple(clients))
-    bw = np.array([bandwidth.get(c, (math.inf, math.inf)) for c in range(num_clients)], dtype=np.float64)
-    return Trace(name, tuple(clients), True, bw[:, 0], bw[:, 1])
+    of = np.arange(num_clients) % devices  # fedsim client -> trace device
+    bw = np.array([bandwidth.get(c, (math.inf, math.inf)) for c in range(devices)], dtype=np.float64)[of]
+    return Trace(name, tuple(clients[d] for d in of.tolist()), True, bw[:, 0], bw[:, 1])
 
 
 def _device_row(name: str, line: int, get: dict, online: bool) -> tuple[float, tuple[float, float] | None]:
