@@ -18,6 +18,8 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("devices_mlp", "devices_mlp_slownet", "devices_vgg11")
 VARIANTS = ("window", "wait", "async")
+#: server updates per variant, as in the scenarios; rows past them are ignored
+ROUNDS = {"window": 45, "wait": 20, "async": 60}
 
 
 def round_jobs(clients: pd.DataFrame) -> pd.DataFrame:
@@ -37,8 +39,9 @@ def main(runs: Path) -> None:
     for sc in SCENARIOS:
         for v in VARIANTS:
             folder = runs / sc / v
-            r = pd.read_csv(folder / "rounds.csv")
-            j = round_jobs(pd.read_csv(folder / "clients.csv")).merge(r[["round", "sim_time", "available"]], on="round")
+            n = ROUNDS[v]
+            r = pd.read_csv(folder / "rounds.csv").query("round < @n")
+            j = round_jobs(pd.read_csv(folder / "clients.csv").query("round < @n")).merge(r[["round", "sim_time", "available"]], on="round")
             jobs.append(j.assign(scenario=sc, variant=v))
             if "test_acc" in r:
                 e = r.dropna(subset=["test_acc"])[["round", "sim_time", "test_acc", "train_loss"]]
