@@ -14,11 +14,13 @@ Cases (``fedsim run`` in fresh interpreters, each sized to take several seconds 
 Settings:
 
 * ``policy``     -- fedsim's own: the rule's thread count, runs taking turns on the cores
-  (``hold_cores``), passive OpenMP waiting
+  (``hold_cores``), OpenMP threads spinning 10,000 iterations before they sleep (``GOMP_SPINCOUNT``)
 * ``no_turns``   -- the same without turns (``FEDSIM_HOLD_CORES=0``): what the turns do
 * ``old``        -- no turns and libgomp's default (spinning) waiting (``OMP_WAIT_POLICY`` set
   empty): the behaviour before issue 13 (same thread counts)
 * ``one_thread`` -- ``engine.threads: 1`` (with turns: each run takes one core)
+* ``turns_spin`` -- turns, with libgomp's default (spinning 300,000 iterations) waiting
+* ``turns_passive`` -- turns, with fully passive waiting (``OMP_WAIT_POLICY=PASSIVE``)
 
 For each (case, setting): wall time of run A then run B (``back_to_back``), of A and B started
 together (``at_once``, until both end), their ratio (target <= 1.15), and whether all four runs
@@ -65,6 +67,8 @@ def settings() -> dict[str, tuple[list[str], dict]]:
         "no_turns": ([], {"FEDSIM_HOLD_CORES": "0"}),
         "old": ([], {"FEDSIM_HOLD_CORES": "0", "OMP_WAIT_POLICY": ""}),
         "one_thread": (["engine.threads=1"], {}),
+        "turns_spin": ([], {"OMP_WAIT_POLICY": ""}),
+        "turns_passive": ([], {"OMP_WAIT_POLICY": "PASSIVE"}),
     }
 
 

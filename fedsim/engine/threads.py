@@ -13,7 +13,7 @@ logistic regression with 4 clients a chunk, the 200-200 MLP and the CNN all chan
 and 2 threads). Runs sharing a machine are kept from slowing each other beyond their share by
 ``hold_cores``: the compute of a round holds as many per-core lock files (``<tempdir>/fedsim-cores-
 <uid>/cpu-<id>``) as it has threads, so two runs on the same cores take turns round by round
-instead of oversubscribing them; and ``import fedsim`` sets ``OMP_WAIT_POLICY=PASSIVE`` so that
+instead of oversubscribing them; and ``import fedsim`` sets ``GOMP_SPINCOUNT=10000`` so that
 waiting OpenMP threads sleep instead of spinning.
 """
 
@@ -241,6 +241,7 @@ def threads_info() -> dict:
         "cores": usable_cores(),
         "budget": thread_budget(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+        "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
         "waited_for_cores_s": round(_state["waited"], 3),
         "held_rounds": _state["rounds"],
     }
