@@ -779,11 +779,11 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         if "=" not in item:
             raise ScenarioError(f"--set {item}: expected dotted.key=value")
         key, value = item.split("=", 1)
-        _set_dotted(raw, key.strip(), _parse_value(value, f"--set {item}"), f"--set {item}")
+        set_dotted(raw, key.strip(), _parse_value(value, f"--set {item}"), f"--set {item}")
     return raw
 
 
-def _set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
+def set_dotted(raw: dict, key: str, value: Any, where: str) -> None:
     parts = key.split(".")
     if not all(parts):
         raise ScenarioError(f"{where}: empty key")
@@ -861,7 +861,7 @@ def expand_variants(sc: Scenario, raw: dict, base_dir: Path | None = None) -> li
         sub = {k: v for k, v in raw.items() if k != "variants"}
         sub = _deepcopy(sub)
         for k, v in over.items():
-            _set_dotted(sub, str(k), _deepcopy(v), f"variants.{vname}.{k}")
+            set_dotted(sub, str(k), _deepcopy(v), f"variants.{vname}.{k}")
         sub["name"] = f"{sc.name}/{vname}"
         try:
             out.append((vname, parse_scenario(sub, base_dir)))

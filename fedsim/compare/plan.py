@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import yaml
 
 from ..report.results import format_value
-from ..scenario import Scenario, ScenarioError, apply_overrides, parse_scenario
+from ..scenario import Scenario, ScenarioError, apply_overrides, parse_scenario, set_dotted
 from ..validate import check_names
 
 __all__ = ["Cell", "CompareRun", "split_values", "parse_grid", "plan_compare"]
@@ -145,7 +145,7 @@ def _cells(
             over["round.policy"] = pol
         over.update(dict(zip(grid, vals)))
         for k, v in over.items():
-            _set(sub, k, copy.deepcopy(v))
+            set_dotted(sub, k, copy.deepcopy(v), f"compare key {k!r}")
         a = str(_get(sub, "algorithm.name", "fedavg"))
         p = str(_get(sub, "round.policy", "window"))
         asyn = _is_async(a)
@@ -212,15 +212,3 @@ def plan_compare(
                 raise ScenarioError(f"cell {cell.name}: {err}") from None
             runs.append(CompareRun(cell, int(seed), out / cell.name / f"seed{seed}", sc))
     return runs, keys, notes
-
-
-def _set(raw: dict, key: str, value: Any) -> None:
-    node = raw
-    parts = key.split(".")
-    for p in parts[:-1]:
-        nxt = node.get(p)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            node[p] = nxt
-        node = nxt
-    node[parts[-1]] = value
