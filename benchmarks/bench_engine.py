@@ -31,6 +31,7 @@ from _common import append, machine, median
 
 import time
 
+import fedsim  # noqa: F401  (before torch: its OpenMP settings apply, as in a real run)
 import torch
 import torch.nn.functional as F
 
@@ -136,6 +137,8 @@ def measure(case: str, reps: int, device: str) -> dict:
     train_cohort(work, spec, params, warm, round_lr=spec.lr, seed=0, chunk=2)
     train_cohort(work, spec, params, warm, round_lr=spec.lr, seed=0, chunk=1)
     torch_loop(work, spec, params, warm, spec.lr, 0)
+    for fn in runs.values():  # steady state: every mode once at full size (first-touch page faults)
+        fn()
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(reps):
         for name, fn in runs.items():
