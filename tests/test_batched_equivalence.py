@@ -89,7 +89,6 @@ def test_every_algorithm_same_model_batched_or_one_at_a_time(name, mlp64):
         close(state_tensors(ref_s), state_tensors(s), 1e-10, f"{name} chunk {chunk} server state")
         close(ref_r.deltas, r.deltas, 1e-10, f"{name} chunk {chunk} deltas")
         assert torch.equal(ref_r.a_norm, r.a_norm)
-        assert torch.allclose(ref_r.loss, r.loss, rtol=1e-10)
 
 
 @pytest.mark.parametrize("name", ["fednova", "fedprox", "scaffold", "localadam"])
@@ -251,7 +250,6 @@ def test_vgg11_dropout_masks_do_not_depend_on_chunking():
             for chunk in (1, 3)}
     assert sum(isinstance(m, KeyedDropout) for m in work.module.modules()) == 2
     close(runs[1].deltas, runs[3].deltas, 1e-10, "vgg11 deltas")
-    assert torch.allclose(runs[1].loss, runs[3].loss, rtol=1e-10)
     # same data, same model, two clients: their masks (hence gradients) differ
     params = {k: v.unsqueeze(0).expand((2,) + v.shape).clone() for k, v in work.init_params.items()}
     xb, yb = work.x_train[:4].expand(2, *work.x_train[:4].shape), work.y_train[:4].expand(2, 4)

@@ -119,8 +119,7 @@ def _sharded_worker(rank, port, out_dir):
     mine = D.lpt_assign([t.steps for t in tasks], 2)[rank]
     ok = (len(mine) > 0 and got.clients == ref.clients and torch.equal(got.a_norm, ref.a_norm)
           and all(torch.equal(got.deltas[k], ref.deltas[k]) for k in ref.deltas)
-          and all(torch.equal(got.vhat[k], ref.vhat[k]) for k in ref.vhat)
-          and torch.equal(got.loss, ref.loss))
+          and all(torch.equal(got.vhat[k], ref.vhat[k]) for k in ref.vhat))
     Path(out_dir, f"rank{rank}").write_text("ok" if ok else "mismatch")
     dist.destroy_process_group()
 

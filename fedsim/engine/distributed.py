@@ -5,7 +5,7 @@ clock (the clock is a deterministic function of the seed, so no schedule is ever
 round, the clients that report are split over the ranks, longest job first by expected cost
 (LPT: a job's cost is its step count; the next longest job goes to the least loaded rank). Each
 rank trains its share with :func:`fedsim.engine.train.train_cohort` and the per-client results
-(deltas, v_hat, ||a_i||_1, losses) are combined with ``all_gather`` (gloo on CPU, NCCL on GPU), so
+(deltas, v_hat, ||a_i||_1) are combined with ``all_gather`` (gloo on CPU, NCCL on GPU), so
 every rank holds the whole cohort's results in task order and runs the identical server update.
 Evaluation batches are shared the same way (:mod:`fedsim.engine.evaluate`). Rank 0
 writes the run folder; the other ranks write nothing (:mod:`fedsim.run`).
@@ -145,7 +145,7 @@ def train_cohort_sharded(
 
     Each rank trains the tasks :func:`lpt_assign` gives it; an ``all_gather`` of the packed
     per-client rows (deltas and v_hat in the parameter dtype) and one of their float64 scalars
-    (||a_i||_1 and mean loss, exactly as each rank's ``train_cohort`` computed them) put every
+    (||a_i||_1, exactly as each rank's ``train_cohort`` computed them) put every
     client's result back in task order on every rank.
     """
     rank, size = world()
@@ -165,14 +165,13 @@ def train_cohort_sharded(
     width = sum(sizes) * (2 if with_vhat else 1)
     rows = max(len(g) for g in groups)
     packed = torch.zeros((rows, width), dtype=dtype, device=dev)
-    scalars = torch.zeros((rows, 2), dtype=torch.float64, device=dev)  # a_norm, loss
+    scalars = torch.zeros((rows, 1), dtype=torch.float64, device=dev)  # a_norm
     if mine:
         parts = [local.deltas[k].reshape(len(mine), -1) for k in names]
         if with_vhat:
             parts += [local.vhat[k].reshape(len(mine), -1) for k in names]
         packed[: len(mine)] = torch.cat(parts, dim=1)
         scalars[: len(mine), 0] = local.a_norm.to(dev)
-        scalars[: len(mine), 1] = local.loss.to(dev)
     dist = _dist()
     all_packed = [torch.empty_like(packed) for _ in range(size)]
     all_scalars = [torch.empty_like(scalars) for _ in range(size)]
@@ -195,6 +194,5 @@ def train_cohort_sharded(
         deltas=deltas,
         a_norm=per_client[:, 0].contiguous(),
         steps=torch.tensor([t.steps for t in tasks], dtype=torch.float64),
-        loss=per_client[:, 1].contiguous(),
         vhat=vhat,
     )

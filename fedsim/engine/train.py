@@ -55,7 +55,6 @@ class CohortResult:
     deltas: Tensors  # x_i - x^t, stacked (clients, ...)
     a_norm: torch.Tensor  # float64 (clients,)
     steps: torch.Tensor  # float64 (clients,)
-    loss: torch.Tensor  # mean minibatch loss over each client's steps (float64)
     vhat: Tensors | None  # final AMSGrad v_hat, stacked
 
 
@@ -349,19 +348,16 @@ def train_cohort(
         )
     steps = [t.steps for t in tasks]
     if n == 0:
-        return CohortResult((), {}, torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64),
-                            torch.zeros(0, dtype=torch.float64), None)
+        return CohortResult((), {}, torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64), None)
     # rows come out in sorted order; one gather puts them back in task order
     back = torch.as_tensor(np.argsort(np.asarray(order)), device=work.x_train.device)
     deltas = {k: _cat([p[0][k] for p in pieces])[back] for k in params}
-    vhat = {k: _cat([p[2][k] for p in pieces])[back] for k in params} if spec.solver == "amsgrad" else None
-    losses = _cat([p[1] for p in pieces])[back].cpu()
+    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in params} if spec.solver == "amsgrad" else None
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
         a_norm=alg.a_norm(steps, lrs.ratios(), lr=round_lr),
         steps=torch.tensor(steps, dtype=torch.float64),
-        loss=losses,
         vhat=vhat,
     )
 
@@ -375,7 +371,7 @@ def _stack(t: Tensors, c: int) -> Tensors:
 
 
 def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites):
-    """Steps of one chunk (tasks sorted by steps, longest first): (deltas, mean loss, v_hat)."""
+    """Steps of one chunk (tasks sorted by steps, longest first): (deltas, v_hat)."""
     spec = alg.spec
     c = len(tasks)
     dev = work.x_train.device
@@ -391,7 +387,7 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
         corr = {k: torch.stack([cl[k] for cl in corr_list]) for k in params}
     tmax = steps[0] if c else 0
     bs = spec.batch_size
-    # minibatches, augmentation draws and losses are handled a block of `span` steps at a time, one
+    # minibatches and augmentation draws are handled a block of `span` steps at a time, one
     # gather per block: memory stays bounded whatever tau_i is
     per_step = c * bs * work.x_train[0].numel() * work.x_train.element_size()
     span = max(1, PREGATHER_BYTES // max(per_step, 1))
@@ -407,8 +403,6 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
             g.manual_seed(seed_int(seed, "dropout", t.client, t.key))
             gens.append(g)
     noise_all = noise = None
-    loss_sum = torch.zeros(c, dtype=torch.float64, device=dev)  # block by block
-    blk_loss = None  # (block steps, c) minibatch losses, summed at the end of each block
     # a = clients still stepping at step k: a prefix of the chunk (host ints, no device sync)
     a = live = c
     done_x: list[Tensors] = []
@@ -423,7 +417,6 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
                 idx[row, : min(steps[row], k + nb) - k] = batches[row].take(min(steps[row], k + nb) - k)
             idx_t = torch.as_tensor(idx, device=dev)
             x_blk, y_blk = work.x_train[idx_t], work.y_train[idx_t]
-            blk_loss = None
             if aug_rngs is not None:
                 draws = [augment_draws(aug_rngs[row], (nb, bs)) for row in range(c)]
                 aug = [torch.as_tensor(np.stack([d[i] for d in draws]), device=dev) for i in range(3)]
@@ -445,13 +438,8 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
                 for row in range(a):
                     torch.rand((blk, size), generator=gens[row], dtype=noise_all.dtype, device=dev, out=noise_all[row])
             noise = noise_all[:a, k % blk]
-        grads, loss = grad_fn(x, xb, yb, noise)
+        grads, _ = grad_fn(x, xb, yb, noise)
         x, st = alg.client_step(x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
-        if blk_loss is None:
-            blk_loss = torch.zeros((nb, c), dtype=loss.dtype, device=dev)
-        blk_loss[j, :a] = loss
-        if j == nb - 1:
-            loss_sum += blk_loss.to(torch.float64).sum(0)
     done_x.append(x)
     done_st.append(st)
     done_x.reverse()
@@ -459,5 +447,4 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     final = {k: _cat([d[k] for d in done_x]) for k in params}
     deltas = {k: final[k] - params[k].unsqueeze(0) for k in params}
     vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if spec.solver == "amsgrad" else None
-    steps_t = torch.tensor(steps, dtype=torch.float64, device=dev)
-    return deltas, loss_sum / steps_t.clamp(min=1), vhat
+    return deltas, vhat
