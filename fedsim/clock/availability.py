@@ -91,7 +91,28 @@ class MarkovTimeline:
             yield t
 
 
-class MarkovStates:
+class _ToggleArrays:
+    """Shared by the vectorised availability states: ``online[c]``, ``next[c]`` (client c's next
+    toggle time) and :meth:`advance`, which applies every toggle at or before t (an outage
+    starting at t means offline at t); subclasses say in ``_toggled(idx)`` when the toggled
+    clients toggle next."""
+
+    online: np.ndarray
+    next: np.ndarray
+
+    def advance(self, t: float) -> None:
+        while True:
+            idx = np.flatnonzero(self.next <= t)
+            if not len(idx):
+                return
+            self.online[idx] = ~self.online[idx]
+            self._toggled(idx)
+
+    def _toggled(self, idx: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class MarkovStates(_ToggleArrays):
     """Every client's Markov availability as arrays (the draws of :class:`MarkovTimeline`):
     ``online[c]``, and ``next[c]``, the time of client c's next toggle. :meth:`advance` applies
     every toggle at or before t (an outage starting at t means offline at t)."""
@@ -105,18 +126,13 @@ class MarkovStates:
         self.k = np.ones(num_clients, dtype=np.int64)
         self.next = keyed_exponential(self.means[self.online.astype(np.int64)], seed, "availability", everyone, 1)
 
-    def advance(self, t: float) -> None:
-        while True:
-            idx = np.flatnonzero(self.next <= t)
-            if not len(idx):
-                return
-            self.online[idx] = ~self.online[idx]
-            self.k[idx] += 1
-            mean = self.means[self.online[idx].astype(np.int64)]
-            self.next[idx] = self.next[idx] + keyed_exponential(mean, self.seed, "availability", idx, self.k[idx])
+    def _toggled(self, idx: np.ndarray) -> None:
+        self.k[idx] += 1
+        mean = self.means[self.online[idx].astype(np.int64)]
+        self.next[idx] = self.next[idx] + keyed_exponential(mean, self.seed, "availability", idx, self.k[idx])
 
 
-class DiurnalStates:
+class DiurnalStates(_ToggleArrays):
     """Diurnal availability (:class:`fedsim.clock.model.Diurnal`) of ``clients`` as arrays.
 
     The chain's toggle rates vary with time, so toggles are found by thinning (Lewis and Shedler,
@@ -164,14 +180,9 @@ class DiurnalStates:
             self.next[idx[accept]] = t[accept]
             idx = idx[~accept]
 
-    def advance(self, t: float) -> None:
-        while True:
-            idx = np.flatnonzero(self.next <= t)
-            if not len(idx):
-                return
-            self.online[idx] = ~self.online[idx]
-            self.next[idx] = INF
-            self._find(idx)
+    def _toggled(self, idx: np.ndarray) -> None:
+        self.next[idx] = INF
+        self._find(idx)
 
 
 class DiurnalTimeline:
@@ -191,7 +202,7 @@ class DiurnalTimeline:
             yield t
 
 
-class ToggleStates:
+class ToggleStates(_ToggleArrays):
     """Availability of clients with fixed toggle times (traces, explicit offline intervals) as
     arrays, replaying their timelines' ``toggles()`` exactly (same float expressions):
     ``online[c]`` and ``next[c]``, the time of client c's next toggle (inf when there is none).
@@ -228,14 +239,9 @@ class ToggleStates:
         t = np.where(first, b, np.where(at_wrap, base, base + b))
         return np.where(first | (self.cycle[c] & (per > 0)), t, np.inf)
 
-    def advance(self, t: float) -> None:
-        while True:
-            idx = np.flatnonzero(self.next <= t)
-            if not len(idx):
-                return
-            self.online[idx] = ~self.online[idx]
-            self.j[idx] += 1
-            self.next[idx] = self._time(idx, self.j[idx])
+    def _toggled(self, idx: np.ndarray) -> None:
+        self.j[idx] += 1
+        self.next[idx] = self._time(idx, self.j[idx])
 
 
 class ConstantRate:
