@@ -24,18 +24,9 @@ from fedsim.cli import main
 from fedsim.report.parquet import ParquetTableWriter, part_rows
 from fedsim.report.results import run_complete, summarize
 
-BASE = {
-    "name": "pq",
-    "seed": 1,
-    "rounds": 8,
-    "data": {"name": "synthetic", "clients": 6},
-    "model": {"name": "logreg"},
-    "system": {"speed": {"dist": "uniform", "low": 2.0, "high": 6.0}, "latency": 0.1,
-               "availability": {"model": "markov", "mean_online": 8.0, "mean_offline": 2.0}},
-    "round": {"policy": "window", "window": 2.0, "clients_per_round": 4},
-    "algorithm": {"name": "scaffold", "lr": 0.05, "batch_size": 8},
-    "checkpoint": {"every": 2},
-}
+from test_resume import BASE as RESUME_BASE  # the resume tests' scenario: Markov outages, SCAFFOLD, checkpoints
+
+BASE = {**RESUME_BASE, "name": "pq"}
 FAULTS = Path(__file__).with_name("_faults.py")
 
 
