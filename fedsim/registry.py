@@ -1,0 +1,119 @@
+"""Registries: the one way a named piece (model, dataset, algorithm, algorithm part) enters fedsim.
+
+A scenario file only *names* pieces (``model: {name: my_cnn}``); the name must have been registered
+from Python (``fedsim.register_model``), by an installed plug-in (entry-point group
+``fedsim.plugins``) or by a module given with ``--plugin``. fedsim's built-ins register through
+these same registries. Reading YAML never imports anything: a lazy entry (``"module:attribute"``)
+is only ever written by Python code, and resolved on first :meth:`Registry.get`.
+
+Errors are one line: an unknown name lists the known ones; a second registration of a name says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any, Callable, Generic, Iterator, TypeVar
+
+from .errors import ScenarioError
+
+__all__ = ["Registry", "RegistryError"]
+
+T = TypeVar("T")
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+
+
+class RegistryError(ValueError):
+    """A bad registration (invalid or duplicate name, unresolvable lazy target): one line."""
+
+
+class _Lazy:
+    __slots__ = ("target",)
+
+    def __init__(self, target: str):
+        self.target = target
+
+
+class Registry(Generic[T]):
+    """Names -> pieces of one kind.
+
+    Args:
+        kind: What the pieces are, for messages (``"model"``).
+        path: The scenario field that names them, for messages (``"model.name"``).
+    """
+
+    def __init__(self, kind: str, path: str):
+        self.kind = kind
+        self.path = path
+        self._items: dict[str, Any] = {}
+
+    def register(self, name: str, obj: T | str | None = None, *, replace: bool = False) -> Any:
+        """Register ``obj`` under ``name`` (returns it); without ``obj``, a decorator.
+
+        ``obj`` may be a ``"package.module:attribute"`` string, imported on first use (how the
+        built-ins avoid importing torch to validate a scenario). A name registered twice is an
+        error unless ``replace`` is true.
+        """
+        if obj is None:
+            return lambda o: self.register(name, o, replace=replace)
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise RegistryError(f"{self.kind} name {name!r}: use letters, digits, '_', '.', '-' (at most 64, not starting with a digit)")
+        if name in self._items and not replace:
+            raise RegistryError(f"{self.kind} {name!r} is already registered")
+        if isinstance(obj, str):
+            if ":" not in obj:
+                raise RegistryError(f"{self.kind} {name!r}: a lazy target is 'module:attribute', got {obj!r}")
+            self._items[name] = _Lazy(obj)
+        else:
+            self._items[name] = obj
+        return obj
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a no-op when it is not registered)."""
+        self._items.pop(name, None)
+
+    def get(self, name: str) -> T:
+        """The piece registered as ``name``.
+
+        Raises:
+            ScenarioError: ``name`` is unknown (one line naming the field and the known names).
+            RegistryError: a lazy target cannot be imported.
+        """
+        try:
+            item = self._items[name]
+        except (KeyError, TypeError):
+            raise ScenarioError(f"{self.path}: unknown {self.kind} {name!r}; known: {', '.join(self.names())}") from None
+        if isinstance(item, _Lazy):
+            module, _, attr = item.target.partition(":")
+            try:
+                item = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError) as err:
+                raise RegistryError(f"{self.kind} {name!r}: cannot load {item.target} ({err})") from None
+            self._items[name] = item
+        return item
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names, sorted."""
+        return tuple(sorted(self._items))
+
+    def check(self, name: str) -> str:
+        """``name`` if registered (nothing is imported), else the :meth:`get` error."""
+        if name not in self._items:
+            self.get(name)
+        return name
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {list(self.names())})"
+
+
+Factory = Callable[..., Any]
