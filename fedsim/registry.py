@@ -24,7 +24,7 @@ T = TypeVar("T")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 
 
-class RegistryError(ValueError):
+class RegistryError(ScenarioError):
     """A bad registration (invalid or duplicate name, unresolvable lazy target): one line."""
 
 

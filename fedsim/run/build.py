@@ -32,15 +32,29 @@ class Built:
     cost: WorkCost | None
 
 
-def build_run(sc: Scenario) -> Built:
+def build_run(sc: Scenario, *, model=None, data=None, loss=None, algorithm=None) -> Built:
     """Data, model, algorithm, server state, engine and clock for ``sc``; sets torch's threads.
 
     Everything that can fail on a valid scenario (device, dataset, traces) fails here.
+
+    Args:
+        model: The user's model replacing ``sc.model`` (a factory ``(input_shape, num_classes,
+            **options) -> nn.Module`` or a module to copy); from ``fedsim.run(model=...)``.
+        data: The user's data replacing ``sc.data`` (a :class:`~fedsim.data.FederatedData`, or what
+            a dataset factory returns).
+        loss: ``loss(outputs, targets) -> scalar mean`` replacing cross-entropy.
+        algorithm: An algorithm object from the public algorithm pieces replacing ``sc.algorithm``'s
+            resolved spec (issue 17 point 4; not accepted yet on this branch).
     """
     check_device_available(sc.engine.device)
     device = resolve_device(sc.engine.device)
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
-    work = build_workload(sc, device, dtype)
+    work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
+    if algorithm is not None:
+        from ..errors import ScenarioError
+
+        raise ScenarioError("algorithm: algorithm objects need the public algorithm pieces (not on this branch); "
+                            "register the algorithm by name instead")
     spec = resolve(sc.algorithm)
     chunk = (
         auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
