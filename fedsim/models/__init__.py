@@ -11,10 +11,9 @@ import math
 
 from torch import nn
 
-import inspect
 from typing import Any
 
-from fedsim.errors import ScenarioError
+from fedsim.registry import call_factory, takes_option
 from fedsim.models import resnet as _resnet
 from fedsim.models import vgg as _vgg
 
@@ -97,31 +96,9 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
     from fedsim.registries import MODELS as registry
 
     factory = registry.get(name)
-    if "hidden" in options and not _takes(factory, "hidden"):
+    if "hidden" in options and not takes_option(factory, "hidden"):
         options = {k: v for k, v in options.items() if k != "hidden"}
     return call_factory(factory, (tuple(int(d) for d in input_shape), num_classes), options, f"model {name!r}", "model.options")
-
-
-def _takes(factory: Any, option: str) -> bool:
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return True
-    return option in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def call_factory(factory: Any, args: tuple, options: dict, what: str, path: str) -> Any:
-    """``factory(*args, **options)``; an option the factory's signature does not take is a
-    one-line :class:`~fedsim.errors.ScenarioError` naming ``path`` and the options it takes."""
-    bad = [k for k in options if not _takes(factory, k)]
-    if bad:
-        try:
-            params = inspect.signature(factory).parameters
-            known = [p for p, v in params.items() if v.kind is v.KEYWORD_ONLY or (v.default is not v.empty)]
-        except (TypeError, ValueError):
-            known = []
-        raise ScenarioError(f"{path}: {what} takes no option {bad[0]!r}; it takes: {', '.join(known) or 'none'}")
-    return factory(*args, **options)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -53,6 +53,7 @@ def check_scenario(sc) -> None:
     if sc.system.trace is not None and av != "always":
         raise _FieldError("system.availability", "give either a trace or availability, not both")
     _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)
+    _check_model_options(sc)
     from ..algorithms.spec import SpecError, resolve
 
     try:
@@ -96,3 +97,19 @@ def _check_model_fits_data(data: str, model: str, dim: int) -> None:
     if min(shape[1:]) < _CONV_MIN_SIDE[model]:
         raise _FieldError("model.name", f"{model} needs images of at least {_CONV_MIN_SIDE[model]}x{_CONV_MIN_SIDE[model]}; {data} has {shape[1]}x{shape[2]}")
 
+
+
+def _check_model_options(sc) -> None:
+    """``model.options`` against the factory's signature when the factory is already imported (a
+    model registered from Python or a plug-in; a lazy built-in is checked when the run builds it)."""
+    from .. import registries
+    from ..errors import ScenarioError
+    from ..registry import check_options
+
+    name = sc.model.name
+    factory = registries.MODELS.loaded(name) if name not in (None, "quadratic") else None
+    if factory is not None and sc.model.options:
+        try:
+            check_options(factory, sc.model.options, f"model {name!r}", "model.options")
+        except ScenarioError as err:
+            raise _FieldError("model.options", str(err).partition(": ")[2]) from None
