@@ -1,4 +1,4 @@
-"""``run(scenario, out)``: one scenario into one run folder (the public contract of DESIGN.md).
+"""``run(scenario, out)``: one scenario into one run folder (the run folder of README.md, "Run folder").
 
 Order: check the folder (read only) -> build workload, engine and clock -> lock the folder and
 prepare it (or cut it back to its checkpoint for ``--resume``) -> the round loop
@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import ExitStack, closing
 from pathlib import Path
 
-from ..checkpoint import save_checkpoint
+from .checkpoint import save_checkpoint
 from ..engine import distributed
 from ..engine.threads import hold_cores
 from ..records import RunSummary
