@@ -85,13 +85,12 @@ def _work_cost(sc: Scenario, ds, model=None):
     s = sc.system
     if sc.data.name == "quadratic" or (s.compute is None and s.network is None and s.trace is None):
         return None
-    from .algorithms.spec import resolve
     from .devices.cost import work_cost
     from .engine.workload import make_model
 
     shape, classes = _shape_and_classes(ds)
     module = make_model(sc, shape, classes, model)
-    return work_cost(module, shape, sc.algorithm.batch_size, resolve(sc.algorithm).uses_control_variates,
+    return work_cost(module, shape, sc.algorithm.batch_size, sc.algorithm_spec.uses_control_variates,
                      count_flops=s.compute is not None)
 
 

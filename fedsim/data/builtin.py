@@ -28,49 +28,28 @@ def synthetic(config: Any, seed: int):
     return SyntheticPopulation(config.alpha, config.beta, clients=config.num_clients, seed=seed, iid=config.iid)
 
 
-def _labelled(name: str, config: Any, seed: int):
-    from . import build_dataset
-    from .partition import PartitionSpec
-
-    return build_dataset(
-        name,
-        clients=config.num_clients,
-        partition=PartitionSpec(**config.partition.model_dump()),
-        seed=seed,
-        root=config.root,
-        download=config.download,
-        standin=config.standin,
-        n_train=config.n_train,
-        n_test=config.n_test,
-        test_fraction=config.test_fraction,
-    )
+#: The ``data`` keys a labelled dataset reads (besides clients and partition).
+_LABELLED_KEYS = ("root", "download", "standin", "n_train", "n_test", "test_fraction")
 
 
-def digits(config: Any, seed: int):
-    """scikit-learn's 8x8 digits, partitioned by ``data.partition``."""
-    return _labelled("digits", config, seed)
+def _labelled(name: str, doc: str):
+    """The factory of labelled dataset ``name``: its training set split by ``data.partition``."""
+
+    def factory(config: Any, seed: int):
+        from . import build_dataset
+        from .partition import PartitionSpec
+
+        return build_dataset(name, clients=config.num_clients, partition=PartitionSpec(**config.partition.model_dump()),
+                             seed=seed, **{k: getattr(config, k) for k in _LABELLED_KEYS})
+
+    factory.__name__ = factory.__qualname__ = name
+    factory.__doc__ = f"{doc}, partitioned by ``data.partition``."
+    return factory
 
 
-def mnist(config: Any, seed: int):
-    """MNIST (LeCun et al. 1998), partitioned by ``data.partition``."""
-    return _labelled("mnist", config, seed)
-
-
-def fashion_mnist(config: Any, seed: int):
-    """Fashion-MNIST (Xiao et al. 2017), partitioned by ``data.partition``."""
-    return _labelled("fashion_mnist", config, seed)
-
-
-def cifar10(config: Any, seed: int):
-    """CIFAR-10 (Krizhevsky 2009), partitioned by ``data.partition``."""
-    return _labelled("cifar10", config, seed)
-
-
-def cifar100(config: Any, seed: int):
-    """CIFAR-100 (Krizhevsky 2009), partitioned by ``data.partition``."""
-    return _labelled("cifar100", config, seed)
-
-
-def tinyimagenet(config: Any, seed: int):
-    """Tiny ImageNet (200 classes, 64x64), partitioned by ``data.partition``."""
-    return _labelled("tinyimagenet", config, seed)
+digits = _labelled("digits", "scikit-learn's 8x8 digits")
+mnist = _labelled("mnist", "MNIST (LeCun et al. 1998)")
+fashion_mnist = _labelled("fashion_mnist", "Fashion-MNIST (Xiao et al. 2017)")
+cifar10 = _labelled("cifar10", "CIFAR-10 (Krizhevsky 2009)")
+cifar100 = _labelled("cifar100", "CIFAR-100 (Krizhevsky 2009)")
+tinyimagenet = _labelled("tinyimagenet", "Tiny ImageNet (200 classes, 64x64)")

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 
 from ..algorithms.server import server_init
-from ..algorithms.spec import resolve
 from ..clock import Clock, WorkCost
 from ..devices.cost import work_cost
 from ..engine.async_run import AsyncEngine
@@ -55,7 +54,7 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None, algorithm=None)
 
         raise ScenarioError("algorithm: algorithm objects need the public algorithm pieces (not on this branch); "
                             "register the algorithm by name instead")
-    spec = resolve(sc.algorithm)
+    spec = sc.algorithm_spec  # resolved once, when the scenario was validated
     chunk = (
         auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
         if sc.engine.clients_per_batch == "auto"

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+
 from .base import _FieldError
 from .system import DiurnalAvailability
 
-__all__ = ["check_scenario"]
+__all__ = ["check_scenario", "algorithm_spec"]
+
+
+@functools.lru_cache(maxsize=256)
+def algorithm_spec(config):
+    """The :class:`~fedsim.algorithms.spec.AlgoSpec` of an ``algorithm`` section, resolved once per
+    (equal, frozen) section: validation and the runner share it (``Scenario.algorithm_spec``)."""
+    from ..algorithms.spec import resolve
+
+    return resolve(config)
 
 
 def check_scenario(sc) -> None:
@@ -54,10 +65,10 @@ def check_scenario(sc) -> None:
         raise _FieldError("system.availability", "give either a trace or availability, not both")
     _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)
     _check_model_options(sc)
-    from ..algorithms.spec import SpecError, resolve
+    from ..algorithms.spec import SpecError
 
     try:
-        spec = resolve(sc.algorithm)
+        spec = algorithm_spec(sc.algorithm)
     except SpecError as err:
         raise _FieldError(err.path, err.msg) from None
     if spec.mu > 0 and sc.algorithm.lr * spec.mu >= 1:

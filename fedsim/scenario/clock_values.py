@@ -10,7 +10,6 @@ from typing import Any
 
 from ..clock import model as clock_model
 from .distributions import Exponential, LogNormal, RandInt, Uniform
-from .system import DiurnalAvailability, MarkovAvailability
 
 __all__ = ["system_value", "round_value"]
 
@@ -27,9 +26,9 @@ def system_value(system, batch_size: int = 32) -> clock_model.System:
             else cm.Flops(_per_client_value(system.compute.flops))
         if av == "always":
             availability = cm.Always()
-        elif isinstance(av, MarkovAvailability):
+        elif getattr(av, "model", None) == "markov":
             availability = cm.Markov(av.mean_online, av.mean_offline)
-        elif isinstance(av, DiurnalAvailability):
+        elif getattr(av, "model", None) == "diurnal":
             phase = av.phase if isinstance(av.phase, (int, float, tuple)) else _dist_value(av.phase)
             availability = cm.Diurnal(av.period, av.peak, av.trough, phase, av.mean_sojourn)
         else:

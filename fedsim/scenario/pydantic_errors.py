@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .base import _Boolean, _FieldError
+from .system import AVAILABILITY_MEMBERS
 
 __all__ = ["format_error"]
 
@@ -64,9 +65,9 @@ def _is_union_tag(p: Any) -> bool:
     # pydantic puts union member names (e.g. 'float', 'tuple[float, ...]', 'uniform') in loc
     return isinstance(p, str) and (
         p in {"float", "int", "str", "bool", "uniform", "lognormal", "randint", "constant", "exponential"}
-        or p in {"always", "markov", "diurnal", "intervals"}  # system.availability's tags
+        or p in AVAILABILITY_MEMBERS  # system.availability's tags and classes
         or "[" in p
         or p.startswith("function-")
-        or p in {"MarkovAvailability", "DiurnalAvailability", "literal['always']", "Uniform", "LogNormal", "RandInt", "Constant"}
+        or p in {"literal['always']", "Uniform", "LogNormal", "RandInt", "Constant"}
     )
 

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from ..validate import check_run_name
 from .algorithm import AlgorithmConfig
 from .base import _Frozen
-from .checks import check_scenario
+from .checks import algorithm_spec, check_scenario
 from .data import DataConfig, ModelConfig
 from .round import RoundConfig
 from .settings import CheckpointConfig, EngineConfig, EvalConfig
@@ -43,6 +43,11 @@ class Scenario(_Frozen):
     def _cross(self):
         check_scenario(self)
         return self
+
+    @property
+    def algorithm_spec(self):
+        """The resolved algorithm (:func:`fedsim.algorithms.spec.resolve`), resolved once."""
+        return algorithm_spec(self.algorithm)
 
     @property
     def data_seed(self) -> int:

@@ -6,7 +6,7 @@ An availability model is a section class here plus its translation in :mod:`.clo
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
@@ -63,6 +63,23 @@ Availability = Annotated[
     ],
     Discriminator(_availability_kind),
 ]
+
+
+
+def _member_names(union: Any) -> frozenset[str]:
+    """What pydantic may name a member of a tagged union in an error location: its tag, and its
+    class name (so :mod:`.pydantic_errors` need not list them)."""
+    names = set()
+    for member in get_args(get_args(union)[0]):
+        inner, *meta = get_args(member)
+        names |= {m.tag for m in meta if isinstance(m, Tag)}
+        if isinstance(inner, type):
+            names.add(inner.__name__)
+    return frozenset(names)
+
+
+#: Tags and class names of ``system.availability``'s members.
+AVAILABILITY_MEMBERS = _member_names(Availability)
 PerClient = float | tuple[float, ...] | Dist
 
 
