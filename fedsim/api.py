@@ -3,7 +3,8 @@
 A scenario is a path, a mapping or a :class:`~fedsim.scenario.Scenario`. Keyword arguments replace
 the scenario's named pieces with Python objects: ``model`` (a factory ``(input_shape, num_classes,
 **options) -> nn.Module`` or a module to copy), ``data`` (a :class:`~fedsim.data.FederatedData`),
-``loss`` (``(outputs, targets) -> scalar``), ``algorithm`` (a registered name). Without ``out`` the
+``loss`` (``(outputs, targets) -> scalar``), ``algorithm`` (a registered algorithm's name; an
+algorithm of your own is registered by name, :func:`register_algorithm`). Without ``out`` the
 run goes to a temporary folder that is removed before the call returns: nothing is left behind.
 
 Importing this module is light (no torch, pandas or pydantic): each function imports what it uses.
@@ -82,7 +83,7 @@ def run(
     sc = _scenario(scenario, overrides, plugins, model=model, data=data, algorithm=algorithm)
     with _folder(out) as folder:
         run_folder(sc, folder, force=force, progress=progress, table_format=table_format,
-                   model=model, data=data, loss=loss, algorithm=None if isinstance(algorithm, str) else algorithm)
+                   model=model, data=data, loss=loss)
         return _result(sc, folder, keep=out is not None)
 
 
@@ -112,33 +113,34 @@ def schedule(
 
 
 # --------------------------------------------------------------------------- registrations
-def _register(registry, name: str, obj: Any, replace: bool) -> Any:
+def _register(registry, name: str, obj: Any, replace: bool, *, factory: bool = False) -> Any:
     from .registry import RegistryError
 
-    if not (callable(obj) or isinstance(obj, (str, Mapping))):
-        raise RegistryError(f"{registry.kind} {name!r}: expected a callable (or 'module:attribute'), got {type(obj).__name__}")
+    if factory and not (callable(obj) or isinstance(obj, str)):
+        raise RegistryError(f"{registry.kind} {name!r}: expected a factory (a callable, or 'module:attribute'), "
+                            f"got {type(obj).__name__}")
     return registry.register(name, obj, replace=replace)
 
 
 def register_model(name: str, factory: Any, *, replace: bool = False) -> Any:
     """Register ``factory(input_shape, num_classes, **options) -> nn.Module`` as ``model.name: name``."""
-    return _register(registries.MODELS, name, factory, replace)
+    return _register(registries.MODELS, name, factory, replace, factory=True)
 
 
 def register_dataset(name: str, factory: Any, *, replace: bool = False) -> Any:
     """Register ``factory(config, seed) -> FederatedData`` as ``data.name: name`` (``config``: the
     scenario's ``data`` section, its own options in ``config.options``; ``seed``: the data seed)."""
-    return _register(registries.DATASETS, name, factory, replace)
+    return _register(registries.DATASETS, name, factory, replace, factory=True)
 
 
 def register_algorithm(name: str, algorithm: Any, *, replace: bool = False) -> Any:
-    """Register an algorithm (a preset mapping of parts, or an algorithm object of the public
-    algorithm pieces) as ``algorithm.name: name``."""
+    """Register an algorithm, a preset (a mapping of part keys to values, docs/extending.md), as
+    ``algorithm.name: name``."""
     return _register(registries.ALGORITHMS, name, algorithm, replace)
 
 
 def register_solver(name: str, solver: Any, *, replace: bool = False) -> Any:
-    """Register a local solver as ``algorithm.solver: name``."""
+    """Register a local solver (``fedsim.algorithms.parts.Solver``) as ``algorithm.solver: name``."""
     return _register(registries.SOLVERS, name, solver, replace)
 
 
@@ -175,7 +177,7 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
     load_plugins(plugins)
     base_dir = None
     if isinstance(scenario, Scenario):
-        if not overrides and model is None and data is None and not isinstance(algorithm, str):
+        if not overrides and model is None and data is None and algorithm is None:
             return scenario
         raw = scenario.model_dump(mode="json")
     elif isinstance(scenario, Mapping):
@@ -192,7 +194,10 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
         raw["data"]["clients"] = _num_clients(data)
     if model is not None:
         raw["model"] = {**(raw.get("model") or {}), "name": FROM_PYTHON}
-    if isinstance(algorithm, str):
+    if algorithm is not None:
+        if not isinstance(algorithm, str):
+            raise ScenarioError(f"algorithm: give a registered algorithm's name (fedsim.register_algorithm(name, "
+                                f"preset)), got {type(algorithm).__name__}")
         raw["algorithm"] = {**(raw.get("algorithm") or {}), "name": algorithm}
     check_names(raw)
     sc = parse_scenario(raw, base_dir)

@@ -243,7 +243,7 @@ def make_model(sc, input_shape: tuple[int, ...], num_classes: int, model=None) -
     from ..models import build_model, call_factory
 
     if model is None:
-        return build_model(sc.model_name, input_shape, num_classes, hidden=sc.model.hidden, **sc.model.options)
+        return build_model(sc.model_name, input_shape, num_classes, **{"hidden": sc.model.hidden, **sc.model.options})
     if isinstance(model, torch.nn.Module):
         return copy.deepcopy(model)
     if not callable(model):

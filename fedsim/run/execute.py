@@ -31,7 +31,7 @@ __all__ = ["run"]
 
 def run(
     sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True, resume: bool = False,
-    table_format: str | None = None, model=None, data=None, loss=None, algorithm=None,
+    table_format: str | None = None, model=None, data=None, loss=None,
 ) -> RunSummary:
     """Run ``sc`` into ``out`` (default ``runs/<name>``); returns the final summary.
 
@@ -43,8 +43,8 @@ def run(
     ``table_format``: ``csv`` (default) or ``parquet`` (:class:`fedsim.run.folder.Tables`); a
     resumed run keeps its folder's format and refuses another one.
 
-    ``model``, ``data``, ``loss``, ``algorithm``: Python objects replacing the scenario's named
-    pieces (:func:`fedsim.run.build.build_run`; the public form is :func:`fedsim.run`).
+    ``model``, ``data``, ``loss``: Python objects replacing the scenario's named pieces
+    (:func:`fedsim.run.build.build_run`; the public form is :func:`fedsim.run`).
     """
     out = Path(out) if out is not None else default_out(sc)
     main = distributed.is_main()  # under torchrun only rank 0 touches the run folder
@@ -54,7 +54,7 @@ def run(
         check_unlocked(out)
 
     agree(check)
-    built = build_run(sc, model=model, data=data, loss=loss, algorithm=algorithm)
+    built = build_run(sc, model=model, data=data, loss=loss)
     engine = built.engine
     with ExitStack() as stack:
 
