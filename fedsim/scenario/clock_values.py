@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..clock import model as clock_model
-from .distributions import Exponential, LogNormal, RandInt, Uniform
 
 __all__ = ["system_value", "round_value"]
 
@@ -26,37 +25,23 @@ def system_value(system, batch_size: int = 32) -> clock_model.System:
             else cm.Flops(_per_client_value(system.compute.flops))
         if av == "always":
             availability = cm.Always()
-        elif getattr(av, "model", None) == "markov":
-            availability = cm.Markov(av.mean_online, av.mean_offline)
-        elif getattr(av, "model", None) == "diurnal":
-            phase = av.phase if isinstance(av.phase, (int, float, tuple)) else _dist_value(av.phase)
-            availability = cm.Diurnal(av.period, av.peak, av.trough, phase, av.mean_sojourn)
-        else:
+        elif isinstance(av, tuple):
             availability = cm.Intervals(av)
+        else:  # an availability model section (fedsim.scenario.system)
+            availability = av.clock_value()
     network = None if system.network is None else \
         cm.Network(_per_client_value(system.network.down), _per_client_value(system.network.up))
-    slowdown = None if system.slowdown is None else _dist_value(system.slowdown)
+    slowdown = None if system.slowdown is None else _distribution(system.slowdown)
     return cm.System(compute, availability, slowdown, float(system.latency), network)
 
 
-
-def _dist_value(d: Any) -> Any:
+def _distribution(d: Any) -> Any:
     """The clock's distribution value (with ``sample(rng)``) of a scenario distribution."""
-    cm = clock_model
-    if isinstance(d, Uniform):
-        return cm.Uniform(d.low, d.high)
-    if isinstance(d, LogNormal):
-        return cm.LogNormal(d.median, d.sigma)
-    if isinstance(d, RandInt):
-        return cm.RandInt(d.low, d.high)
-    if isinstance(d, Exponential):
-        return cm.Exponential(d.mean)
-    return cm.Constant(d.value)
+    return d.clock_value()
 
 
 def _per_client_value(x: Any) -> Any:
-    return x if isinstance(x, (int, float, tuple)) else _dist_value(x)
-
+    return x if isinstance(x, (int, float, tuple)) else _distribution(x)
 
 
 def round_value(rule, batch_size: int) -> clock_model.RoundRule:
@@ -70,7 +55,7 @@ def round_value(rule, batch_size: int) -> clock_model.RoundRule:
     }[rule.policy]()
 
     def dist(w):
-        return cm.Constant(w) if isinstance(w, int) else _dist_value(w)
+        return cm.Constant(w) if isinstance(w, int) else _distribution(w)
 
     if rule.local_steps is not None:
         work = cm.Steps(dist(rule.local_steps))

@@ -1,4 +1,8 @@
-"""Scenario distributions (``{dist: uniform | lognormal | randint | constant | exponential, ...}``)."""
+"""Scenario distributions (``{dist: uniform | lognormal | randint | constant | exponential, ...}``).
+
+Each knows its clock value (``clock_value()``: the :mod:`fedsim.clock.model` distribution with
+``sample(rng)``), so a new distribution is one class here plus its clock value.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
+from ..clock import model as cm
 from .base import _Frozen
+
 
 class Uniform(_Frozen):
     """Continuous uniform on [low, high]."""
@@ -14,6 +20,9 @@ class Uniform(_Frozen):
     dist: Literal["uniform"]
     low: float
     high: float
+
+    def clock_value(self) -> cm.Uniform:
+        return cm.Uniform(self.low, self.high)
 
     @model_validator(mode="after")
     def _order(self):
@@ -29,6 +38,9 @@ class LogNormal(_Frozen):
     median: float = Field(gt=0)
     sigma: float = Field(ge=0)
 
+    def clock_value(self) -> cm.LogNormal:
+        return cm.LogNormal(self.median, self.sigma)
+
 
 class RandInt(_Frozen):
     """Integer uniform on {low, ..., high} (both inclusive)."""
@@ -36,6 +48,9 @@ class RandInt(_Frozen):
     dist: Literal["randint"]
     low: int
     high: int
+
+    def clock_value(self) -> cm.RandInt:
+        return cm.RandInt(self.low, self.high)
 
     @model_validator(mode="after")
     def _order(self):
@@ -48,12 +63,18 @@ class Constant(_Frozen):
     dist: Literal["constant"]
     value: float
 
+    def clock_value(self) -> cm.Constant:
+        return cm.Constant(self.value)
+
 
 class Exponential(_Frozen):
     """Exponential with the given mean."""
 
     dist: Literal["exponential"]
     mean: float = Field(gt=0)
+
+    def clock_value(self) -> cm.Exponential:
+        return cm.Exponential(self.mean)
 
 
 Dist = Annotated[Union[Uniform, LogNormal, RandInt, Constant, Exponential], Field(discriminator="dist")]

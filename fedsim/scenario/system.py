@@ -1,6 +1,7 @@
 """The ``system`` section: speeds or device compute, network, slowdown, latency, availability models, traces.
 
-An availability model is a section class here plus its translation in :mod:`.clock_values`.
+An availability model is a section class here (with its clock value, ``clock_value()``) and a member
+of the ``Availability`` union; the clock's side is in :mod:`fedsim.clock`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
+from ..clock import model as cm
 from ..clock.model import MAX_TIME
 from .base import _FieldError, _Frozen
 from .distributions import Constant, Dist, LogNormal, RandInt, Uniform, dist_low
@@ -20,6 +22,9 @@ class MarkovAvailability(_Frozen):
     model: Literal["markov"]
     mean_online: float = Field(gt=0)
     mean_offline: float = Field(gt=0)
+
+    def clock_value(self) -> cm.Markov:
+        return cm.Markov(self.mean_online, self.mean_offline)
 
 
 class DiurnalAvailability(_Frozen):
@@ -32,6 +37,10 @@ class DiurnalAvailability(_Frozen):
     trough: float = Field(0.1, ge=0, le=1)
     phase: float | tuple[float, ...] | Uniform = 0.0
     mean_sojourn: float = Field(3600.0, gt=0, le=MAX_TIME)
+
+    def clock_value(self) -> cm.Diurnal:
+        phase = self.phase if isinstance(self.phase, (int, float, tuple)) else self.phase.clock_value()
+        return cm.Diurnal(self.period, self.peak, self.trough, phase, self.mean_sojourn)
 
     @model_validator(mode="after")
     def _levels(self):
