@@ -10,7 +10,11 @@ import os as _os
 if "OMP_WAIT_POLICY" not in _os.environ:
     _os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
-__all__ = ["load_run", "load_compare", "Scenario", "ScenarioError", "load_scenario"]
+__all__ = [
+    "load_run", "load_compare", "Scenario", "ScenarioError", "load_scenario", "run", "schedule", "Result",
+    "FederatedData", "register_model", "register_dataset", "register_algorithm", "register_solver",
+    "register_correction", "register_aggregation", "register_server_opt", "register_staleness",
+]
 __version__ = "0.1.0"
 
 _LAZY = {  # name -> module: imported on first use, so `import fedsim` loads neither pandas nor pydantic
@@ -19,12 +23,20 @@ _LAZY = {  # name -> module: imported on first use, so `import fedsim` loads nei
     "Scenario": "fedsim.scenario",
     "ScenarioError": "fedsim.scenario",
     "load_scenario": "fedsim.scenario",
+    "FederatedData": "fedsim.data.federated",
+    "Result": "fedsim.api",
+    **{f"register_{kind}": "fedsim.api" for kind in (
+        "model", "dataset", "algorithm", "solver", "correction", "aggregation", "server_opt", "staleness")},
 }
+# Modules that are also the API's functions when called (fedsim/_callable.py): fedsim.run(...), fedsim.schedule(...)
+_CALLABLE_MODULES = {"run": "fedsim.run", "schedule": "fedsim.schedule"}
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _CALLABLE_MODULES:
+        return importlib.import_module(_CALLABLE_MODULES[name])
     raise AttributeError(f"module 'fedsim' has no attribute {name!r}")

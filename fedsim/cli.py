@@ -38,9 +38,11 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--format", dest="table_format", choices=("csv", "parquet"), default=None,
                    help="rounds/clients tables as CSV (default) or Parquet part folders; --resume keeps the run's")
     r.add_argument("--quiet", action="store_true")
+    _add_plugin_option(r)
     v = sub.add_parser("validate", help="check a scenario without running it")
     v.add_argument("scenario")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _add_plugin_option(v)
     if command not in ("run", "validate"):
         from .compare import add_compare_parser
         from .report.cli import add_plot_parser
@@ -53,12 +55,21 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _load_checked(args):
-    """The scenario and its variants, every check of ``fedsim validate`` done (no torch imported)."""
-    from .scenario import expand_variants, load_scenario
+def _add_plugin_option(parser) -> None:
+    parser.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                        help="import MODULE (it registers models, datasets, algorithms) before the scenario is read")
 
-    sc = load_scenario(args.scenario, args.overrides)
-    variants = expand_variants(sc, _raw(args), Path(args.scenario).resolve().parent)
+
+def _load_checked(args):
+    """The scenario and its variants, every check of ``fedsim validate`` done (no torch imported):
+    installed plug-ins and ``--plugin`` modules loaded, the file read and ``--set`` applied once."""
+    from .plugins import load_plugins
+    from .scenario import expand_variants
+    from .scenario.loading import load_scenario_raw
+
+    load_plugins(args.plugins)
+    sc, raw = load_scenario_raw(args.scenario, args.overrides)
+    variants = expand_variants(sc, raw, Path(args.scenario).resolve().parent)
     for _, vsc in variants:
         if vsc.system.trace is not None:
             from .clock import load_trace
@@ -72,12 +83,6 @@ def _cmd_validate(args) -> int:
     names = ", ".join(v for v, _ in variants if v)
     print(f"{args.scenario}: ok" + (f" ({len(variants)} variants: {names})" if names else ""))
     return 0
-
-
-def _raw(args) -> dict:
-    from .scenario import apply_overrides, read_yaml
-
-    return apply_overrides(read_yaml(args.scenario), args.overrides)
 
 
 def _cmd_run(args) -> int:

@@ -12,19 +12,20 @@ Errors are one line: an unknown name lists the known ones; a second registration
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .errors import ScenarioError
 
-__all__ = ["Registry", "RegistryError"]
+__all__ = ["Registry", "RegistryError", "takes_option", "check_options", "call_factory"]
 
 T = TypeVar("T")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 
 
-class RegistryError(ValueError):
+class RegistryError(ScenarioError):
     """A bad registration (invalid or duplicate name, unresolvable lazy target): one line."""
 
 
@@ -93,6 +94,11 @@ class Registry(Generic[T]):
             self._items[name] = item
         return item
 
+    def loaded(self, name: str) -> Any:
+        """The piece registered as ``name`` if it is already an object (not a lazy target), else None."""
+        item = self._items.get(name)
+        return None if item is None or isinstance(item, _Lazy) else item
+
     def names(self) -> tuple[str, ...]:
         """Registered names, sorted."""
         return tuple(sorted(self._items))
@@ -116,4 +122,33 @@ class Registry(Generic[T]):
         return f"Registry({self.kind!r}, {list(self.names())})"
 
 
+
 Factory = Callable[..., Any]
+
+
+def takes_option(factory: Any, option: str) -> bool:
+    """Whether ``factory``'s signature takes the keyword ``option`` (or ``**kwargs``)."""
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return True
+    return option in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def check_options(factory: Any, options: dict, what: str, path: str) -> None:
+    """One-line :class:`~fedsim.errors.ScenarioError` naming ``path`` and the options ``factory``
+    takes when its signature does not take one of ``options``."""
+    bad = [k for k in options if not takes_option(factory, k)]
+    if bad:
+        try:
+            params = inspect.signature(factory).parameters
+            known = [p for p, v in params.items() if v.kind is v.KEYWORD_ONLY or v.default is not v.empty]
+        except (TypeError, ValueError):
+            known = []
+        raise ScenarioError(f"{path}: {what} takes no option {bad[0]!r}; it takes: {', '.join(known) or 'none'}")
+
+
+def call_factory(factory: Any, args: tuple, options: dict, what: str, path: str) -> Any:
+    """``factory(*args, **options)`` after :func:`check_options`."""
+    check_options(factory, options, what, path)
+    return factory(*args, **options)

@@ -15,32 +15,47 @@ from pathlib import Path
 
 import numpy as np
 
+from ._callable import make_callable
 from .clock import STATUSES, RoundTable
+from .data.federated import FederatedData
 from .report.parquet import ParquetTableWriter, table_path
 from .report.tables import CLIENT_COLUMNS, fmt
 from .run.clock import build_clock
 from .run.folder import locked, prepare_folder
 from .scenario import Scenario
 
+make_callable(__name__, "fedsim.api:schedule")  # fedsim.schedule(scenario, ...): docs/python-api.md
+
 __all__ = ["run_schedule", "client_sizes_and_weights", "round_row", "round_line", "client_lines"]
 
 SCHEDULE_ROUND_COLUMNS = ["round", "sim_time", "participants", "tau_mean", "tau_min", "tau_max", "available"]
 
 
-def client_sizes_and_weights(sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
-    """n_i and p_i without building a model (quadratic: n_i = 1, p_i from data.weights)."""
+def client_sizes_and_weights(sc: Scenario, ds=None) -> tuple[np.ndarray, np.ndarray]:
+    """n_i and p_i without building a model (quadratic: n_i = 1, p_i from data.weights); ``ds``:
+    the scenario's data when already built (:func:`fedsim.engine.workload.dataset_for`)."""
     if sc.data.name == "quadratic":
         m = sc.data.num_clients
         w = np.ones(m) if sc.data.weights is None else np.asarray(sc.data.weights, dtype=np.float64)
         return np.ones(m, dtype=np.int64), w / w.sum()
-    from .engine.workload import dataset_for
+    if ds is None:
+        from .engine.workload import dataset_for
 
-    ds = dataset_for(sc)
-    n = ds.client_sizes.astype(np.int64)
+        ds = dataset_for(sc)
+    n = np.asarray(ds.sizes if isinstance(ds, FederatedData) else ds.client_sizes, dtype=np.int64)
     return n, n / n.sum()
 
 
-def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: str = "csv") -> None:
+def _shape_and_classes(ds) -> tuple[tuple[int, ...], int | None]:
+    """One example's shape and the number of classes (a FederatedData: from client 0's data)."""
+    if isinstance(ds, FederatedData):
+        x, _ = ds.client_data(0)
+        return tuple(int(d) for d in np.shape(x)[1:]), ds.num_classes
+    return tuple(ds.input_shape), ds.num_classes
+
+
+def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: str = "csv", data=None,
+                 model=None) -> None:
     """Run the clock of ``sc`` alone and write ``rounds.csv`` and ``clients.csv`` into ``out``.
 
     Works on the clock's numpy tables (:meth:`fedsim.clock.Clock.tables`: the vectorised window
@@ -48,31 +63,34 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
     :class:`fedsim.report.tables.TableWriter` would write row by row. 10,000 clients x 1,000
     window rounds (10 million rows) take well under a minute (benchmarks/bench_schedule.py).
     Files are flushed every round and synced at the end. ``table_format="parquet"``: the same
-    rows as Parquet parts (:func:`_write_parquet`).
+    rows as Parquet parts (:func:`_write_parquet`). ``data``, ``model``: Python objects replacing
+    the scenario's named pieces (:func:`fedsim.schedule`).
     """
     out = Path(out)
-    sizes, weights = client_sizes_and_weights(sc)
-    clock = build_clock(sc, sizes, weights, cost=_work_cost(sc))  # everything that can fail, before the folder
+    ds = data
+    if ds is None and sc.data.name != "quadratic":  # built once: sizes and the model's cost both need it
+        from .engine.workload import dataset_for
+
+        ds = dataset_for(sc)
+    sizes, weights = client_sizes_and_weights(sc, ds)
+    clock = build_clock(sc, sizes, weights, cost=_work_cost(sc, ds, model))  # everything that can fail, before the folder
     with locked(out):
         prepare_folder(sc, out, force=force)
         (_write_parquet if table_format == "parquet" else _write_tables)(clock, sc.rounds, out)
 
 
-def _work_cost(sc: Scenario):
+def _work_cost(sc: Scenario, ds, model=None):
     """The model's cost (FLOPs per step, bytes per transfer) when the system model needs it:
     ``system.compute``, ``system.network`` or a trace (device traces time steps and transfers)."""
     s = sc.system
     if sc.data.name == "quadratic" or (s.compute is None and s.network is None and s.trace is None):
         return None
-    from .algorithms.spec import resolve
     from .devices.cost import work_cost
-    from .engine.workload import dataset_for
-    from .models import build_model
+    from .engine.workload import make_model
 
-    ds = dataset_for(sc)
-    shape = tuple(ds.input_shape)
-    module = build_model(sc.model_name, shape, ds.num_classes, hidden=sc.model.hidden)
-    return work_cost(module, shape, sc.algorithm.batch_size, resolve(sc.algorithm).uses_control_variates,
+    shape, classes = _shape_and_classes(ds)
+    module = make_model(sc, shape, classes, model)
+    return work_cost(module, shape, sc.algorithm.batch_size, sc.algorithm_spec.uses_control_variates,
                      count_flops=s.compute is not None)
 
 

@@ -7,6 +7,7 @@ which the runner calls once it is about to use the device.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -85,8 +86,10 @@ def check_device_spec(spec: str) -> str:
     return spec
 
 
+@functools.lru_cache(maxsize=None)
 def check_device_available(spec: str) -> None:
-    """ScenarioError ``engine.device: ...`` unless this machine has the device (imports torch)."""
+    """ScenarioError ``engine.device: ...`` unless this machine has the device (imports torch).
+    Asked once per process and device (the CLI before torchrun's process group, then the runner)."""
     import torch
 
     if spec.startswith("cuda"):

@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-import fedsim.checkpoint as checkpoint
+import fedsim.run.checkpoint as checkpoint
 from fedsim.cli import main
 from fedsim.run.folder import Tables
 

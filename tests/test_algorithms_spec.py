@@ -59,7 +59,6 @@ def test_overrides(name, over, parts):
 
 
 @pytest.mark.parametrize("name,over,path", [
-    ("nosuch", {}, "algorithm.name"),
     ("localadam", dict(momentum=0.9), "algorithm.momentum"),
     ("fedavg", dict(share_vhat=True), "algorithm.share_vhat"),
     ("fedavg", dict(correction="lada"), "algorithm.correction"),
@@ -82,6 +81,14 @@ def test_nonsense_is_an_error_naming_the_key(name, over, path):
         spec_for(name, **over)
     assert err.value.path == path
     assert str(err.value).startswith(path + ": ")
+
+
+def test_unknown_algorithm_is_refused_by_the_scenario_listing_the_registered_ones():
+    from fedsim.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario({"algorithm": {"name": "nosuch"}})
+    assert str(err.value).startswith("algorithm.name: unknown algorithm 'nosuch'; known: fedadagrad, fedadam, ")
 
 
 def test_cli_exit_2_names_the_key(write_yaml, capsys):

@@ -480,7 +480,7 @@ def test_scenario_must_be_a_regular_file(tmp_path):
 
 
 def test_scenario_size_bound(tmp_path, monkeypatch):
-    import fedsim.scenario as scenario
+    import fedsim.scenario.loading as scenario  # where read_yaml reads MAX_SCENARIO_BYTES
 
     path = tmp_path / "s.yaml"
     path.write_text("a: 1\n" + "#" * 95)  # 100 bytes

@@ -8,7 +8,11 @@ import pytest
 
 from fedsim.clock.plan import Job, RoundPlan
 from fedsim.records import ClientRecord, RoundRecord, RunSummary, columns
-from fedsim.report.tables import CLIENT_COLUMNS, QUADRATIC_COLUMNS, ROUND_COLUMNS, TableWriter
+from fedsim.report.tables import CLIENT_COLUMNS, TableWriter
+from fedsim.run.folder import table_columns
+
+ROUND_COLUMNS = table_columns(quadratic=False)["rounds.csv"]
+QUADRATIC_COLUMNS = table_columns(quadratic=True)["rounds.csv"]
 from fedsim.run.files import FolderError, safe_component
 from fedsim.run.loop import run_rounds
 

@@ -8,7 +8,10 @@ import pandas as pd
 import pytest
 
 from fedsim.report.parquet import ParquetTableWriter, cut_parts, read_table, table_path
-from fedsim.report.tables import CLIENT_COLUMNS, ROUND_COLUMNS, TableWriter
+from fedsim.report.tables import CLIENT_COLUMNS, TableWriter
+from fedsim.run.folder import table_columns
+
+ROUND_COLUMNS = table_columns(quadratic=False)["rounds.csv"]
 
 
 def _round(r: int) -> dict:

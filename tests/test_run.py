@@ -9,7 +9,10 @@ import torch
 
 from fedsim import load_run
 from fedsim.cli import main
-from fedsim.report.tables import CLIENT_COLUMNS, ROUND_COLUMNS
+from fedsim.report.tables import CLIENT_COLUMNS
+from fedsim.run.folder import table_columns
+
+ROUND_COLUMNS = table_columns(quadratic=False)["rounds.csv"]
 
 SYNTH = {
     "name": "synth",

@@ -39,6 +39,8 @@ def add_compare_parser(sub) -> None:
     c.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="more axes (repeatable)")
     c.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override the base scenario for every cell")
+    c.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (it registers models, datasets, algorithms) before the scenario is read")
     c.add_argument("--target", type=float, default=None, help="test accuracy for time-to-target")
     c.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
     c.add_argument("--out", default=None, help="comparison folder (default runs/<name>-compare)")
@@ -69,6 +71,7 @@ def cmd_compare(args) -> int:
         log=_main_log(args.quiet),
         progress=not args.quiet,
         table_format=args.table_format,
+        plugins=args.plugins,
     )
     man = read_manifest(res.out) or {}
     print(format_summary(res.summary, man.get("keys")))

@@ -38,7 +38,7 @@ def is_complete(folder: str | Path, scenario: Scenario | None = None) -> bool:
     return run_complete(folder, None if scenario is None else dump_scenario(scenario))
 
 
-def run_one(scenario_text: str, folder: str, table_format: str = "csv") -> dict:
+def run_one(scenario_text: str, folder: str, table_format: str = "csv", plugins: Sequence[str] = ()) -> dict:
     """Worker: run one (cell, seed) into its folder (top level so spawned processes can import it).
 
     A folder holding an unfinished run of the same scenario is continued from its last checkpoint
@@ -47,8 +47,10 @@ def run_one(scenario_text: str, folder: str, table_format: str = "csv") -> dict:
     engine's rule in every worker (fedsim.engine.threads), so --jobs changes no result; parallel
     workers on the same cores take turns at each round's compute.
     """
+    from ..plugins import load_plugins
     from ..run import run
 
+    load_plugins(plugins)  # a spawned worker registers what the main process did (--plugin, entry points)
     sc = parse_scenario(yaml.safe_load(scenario_text))
     stored = Path(folder) / "scenario.yaml"
     same = stored.is_file() and stored.read_text() == scenario_text
@@ -84,6 +86,7 @@ def run_compare(
     log: Callable[[str], None] | None = None,
     progress: bool = False,
     table_format: str = "csv",
+    plugins: Sequence[str] = (),
 ) -> CompareResult:
     """Run (or resume) a comparison and write its tables; see the module docstring for the layout.
 
@@ -100,7 +103,11 @@ def run_compare(
         log: called with one line per finished or skipped run (e.g. ``print``).
         progress: show a progress bar over the runs to do on standard error when it is a terminal.
         table_format: ``csv`` or ``parquet`` tables for the runs started here (:func:`run_one`).
+        plugins: ``--plugin`` modules, imported here and by every worker before a scenario is read.
     """
+    from ..plugins import load_plugins
+
+    load_plugins(plugins)
     if isinstance(scenario, dict):
         base_raw, base_dir, src = copy.deepcopy(scenario), None, None
     else:
@@ -153,7 +160,7 @@ def run_compare(
         if jobs == 1 or len(todo) <= 1:
             for r in todo:
                 try:
-                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder), table_format), None)
+                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder), table_format, tuple(plugins)), None)
                 except Exception as err:  # noqa: BLE001 - one failed cell must not lose the others
                     finished(r, None, err)
         else:
@@ -161,7 +168,7 @@ def run_compare(
 
             ctx = mp.get_context("spawn")
             with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
-                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder), table_format): r for r in todo}
+                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder), table_format, tuple(plugins)): r for r in todo}
                 try:
                     while pending:
                         done, _ = wait(pending, return_when=FIRST_COMPLETED)

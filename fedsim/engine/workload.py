@@ -208,19 +208,20 @@ def _data_error_path(msg: str) -> str:
 
 
 def dataset_for(sc):
-    """The scenario's data (not quadratic): a partitioned :class:`~fedsim.data.Dataset`, or for
-    Synthetic a :class:`~fedsim.data.SyntheticPopulation` that generates clients when asked (its
-    ``client_sizes`` draw no features). Infeasible data settings raise ScenarioError naming the
+    """The scenario's data, built by the factory registered as ``data.name``
+    (:data:`fedsim.registries.DATASETS`, ``factory(config, seed)``): a partitioned
+    :class:`~fedsim.data.Dataset`, a :class:`~fedsim.data.SyntheticPopulation` that generates
+    clients when asked (its ``client_sizes`` draw no features), or a
+    :class:`~fedsim.data.FederatedData`. Infeasible data settings raise ScenarioError naming the
     key (exit 2)."""
-    from ..data import SyntheticPopulation, build_dataset
-    from ..data.partition import PartitionSpec
     from ..errors import ScenarioError
+    from ..registries import DATASETS
 
-    d = sc.data
+    factory = DATASETS.get(sc.data.name)
     try:
-        if d.name == "synthetic":
-            return SyntheticPopulation(d.alpha, d.beta, clients=d.num_clients, seed=sc.data_seed, iid=d.iid)
-        return _build(build_dataset, sc, PartitionSpec(**d.partition.model_dump()))
+        return factory(sc.data, sc.data_seed)
+    except ScenarioError:
+        raise
     except ValueError as err:
         raise ScenarioError(f"{_data_error_path(str(err))}: {err}") from None
 
@@ -232,36 +233,49 @@ def client_sizes(sc) -> np.ndarray:
     return np.asarray(dataset_for(sc).client_sizes, dtype=np.int64)
 
 
-def _build(build_dataset, sc, part):
-    d = sc.data
-    return build_dataset(
-        d.name,
-        clients=d.num_clients,
-        partition=part,
-        seed=sc.data_seed,
-        root=d.root,
-        download=d.download,
-        standin=d.standin,
-        alpha=d.alpha,
-        beta=d.beta,
-        n_train=d.n_train,
-        n_test=d.n_test,
-        test_fraction=d.test_fraction,
-        **({"iid": d.iid} if d.name == "synthetic" else {}),
-    )
+def make_model(sc, input_shape: tuple[int, ...], num_classes: int, model=None) -> torch.nn.Module:
+    """The run's freshly initialized model: ``model`` (a factory ``(input_shape, num_classes,
+    **options)``, or a module, deep-copied) when given from Python, else the factory registered as
+    ``model.name``; either gets ``model.options`` (an option the factory does not take: one line)."""
+    import copy
+
+    from ..errors import ScenarioError
+    from ..models import build_model, call_factory
+
+    if model is None:
+        return build_model(sc.model_name, input_shape, num_classes, **{"hidden": sc.model.hidden, **sc.model.options})
+    if isinstance(model, torch.nn.Module):
+        return copy.deepcopy(model)
+    if not callable(model):
+        raise ScenarioError(f"model: expected an nn.Module or a factory (input_shape, num_classes) -> nn.Module, "
+                            f"got {type(model).__name__}")
+    module = call_factory(model, (tuple(input_shape), num_classes), dict(sc.model.options), "the model factory",
+                          "model.options")
+    if not isinstance(module, torch.nn.Module):
+        raise ScenarioError(f"model: the model factory returned {type(module).__name__}, not a torch.nn.Module")
+    return module
 
 
-def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
-    """Build data, partition and model for scenario ``sc`` on ``device``."""
-    if sc.data.name == "quadratic":
+def build_workload(sc, device: torch.device, dtype: torch.dtype, *, model=None, data=None, loss=None,
+                   source=None) -> Workload:
+    """Build data, partition and model for scenario ``sc`` on ``device``.
+
+    Args:
+        model: The user's model: a factory ``(input_shape, num_classes, **options) -> nn.Module`` or
+            a module (deep-copied); None: ``sc.model`` by name.
+        data: The user's data or the scenario's already built (:func:`dataset_for`); None: built
+            from ``sc.data`` by name. ``source`` is the same argument under another name.
+        loss: ``loss(outputs, targets) -> scalar mean``; None: cross-entropy.
+    """
+    data, loss_fn = (source if data is None else data), loss
+    if data is None and sc.data.name == "quadratic":
         return _quadratic(sc, device, dtype)
     from ..data import class_counts
-    from ..models import build_model
 
     from ..data import SyntheticPopulation
 
     d = sc.data
-    source = dataset_for(sc)
+    source = dataset_for(sc) if data is None else data
     all_sizes = np.asarray(source.client_sizes, dtype=np.int64)
     m = len(all_sizes)
     sample = eval_sample(m, sc.eval.clients, sc.data_seed)
@@ -282,7 +296,7 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
         xtr, xte = (xtr - mean) / std, (xte - mean) / std
     pad_fill = (-mean / std).view(-1) if ds.mean is not None and augment else None
     torch.manual_seed(seed_int(sc.seed, "init"))
-    module = build_model(sc.model_name, tuple(ds.input_shape), ds.num_classes, hidden=sc.model.hidden)
+    module = make_model(sc, tuple(ds.input_shape), ds.num_classes, model)
     module = module.to(device=device, dtype=dtype)
     params = {k: v.detach().clone() for k, v in module.named_parameters()}
     buffers = {k: v for k, v in module.named_buffers()}
@@ -293,7 +307,8 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype) -> Workload:
         return functional_call(module, params, (xb,))
 
     def loss(params: Tensors, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        return F.cross_entropy(predict(params, xb), yb)
+        out = predict(params, xb)
+        return F.cross_entropy(out, yb) if loss_fn is None else loss_fn(out, yb)
 
     held = [np.asarray(ix, dtype=np.int64) for ix in ds.client_indices]
     counts = class_counts(ds.y_train, ds.client_indices, ds.num_classes)

@@ -1,4 +1,9 @@
-"""Models for fedsim. None uses BatchNorm (all run under ``torch.func.vmap`` across clients)."""
+"""Models for fedsim. None uses BatchNorm (all run under ``torch.func.vmap`` across clients).
+
+Every model here is a factory ``factory(input_shape, num_classes, **options) -> nn.Module``,
+registered by name in :data:`fedsim.registries.MODELS` as a user's model would be;
+:func:`build_model` looks the name up there.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,16 @@ import math
 
 from torch import nn
 
-from fedsim.models.resnet import resnet18_gn
-from fedsim.models.vgg import vgg11
+from typing import Any
 
+from fedsim.registry import call_factory, takes_option
+from fedsim.models import resnet as _resnet
+from fedsim.models import vgg as _vgg
+
+#: fedsim's own models (registered in :data:`fedsim.registries.MODELS`).
 MODELS = ("logreg", "mlp", "cnn", "vgg11", "resnet18_gn")
 
-__all__ = ["MODELS", "build_model", "cnn", "count_parameters", "logreg", "mlp", "resnet18_gn", "vgg11"]
+__all__ = ["MODELS", "build_model", "call_factory", "cnn", "count_parameters", "logreg", "mlp", "resnet18_gn", "vgg11"]
 
 
 def logreg(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -58,32 +67,38 @@ def _image_shape(input_shape: tuple[int, ...], model: str) -> tuple[int, int, in
     return tuple(int(d) for d in input_shape)  # type: ignore[return-value]
 
 
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, hidden: int = 200) -> nn.Module:
-    """Build a freshly initialized model.
+def vgg11(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """VGG-11 (Simonyan & Zisserman 2015) without BatchNorm, for (C, H, W) images of side >= 32."""
+    c, h, w = _image_shape(input_shape, "vgg11")
+    return _vgg.vgg11(num_classes, in_channels=c, input_hw=(h, w))
+
+
+def resnet18_gn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+    """ResNet-18 with GroupNorm (Hsieh et al. 2020), for (C, H, W) images."""
+    c, _, _ = _image_shape(input_shape, "resnet18_gn")
+    return _resnet.resnet18_gn(num_classes, in_channels=c)
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **options: Any) -> nn.Module:
+    """Build a freshly initialized model registered as ``name``.
 
     Args:
-        name: ``logreg | mlp | cnn | vgg11 | resnet18_gn``.
+        name: A name in :data:`fedsim.registries.MODELS` (built-in: ``logreg | mlp | cnn | vgg11 |
+            resnet18_gn``).
         input_shape: Shape of one example, e.g. ``(3, 32, 32)`` or ``(60,)``.
         num_classes: Output logits.
-        hidden: Width of the ``mlp`` hidden layers.
+        **options: The factory's own options (``mlp``: ``hidden``, default 200). An option the
+            factory does not take is an error, except ``hidden``, which only factories taking it get.
 
     Returns:
         The module (initialized from torch's global RNG: seed it first with ``torch.manual_seed``).
     """
-    input_shape = tuple(int(d) for d in input_shape)
-    if name == "logreg":
-        return logreg(input_shape, num_classes)
-    if name == "mlp":
-        return mlp(input_shape, num_classes, hidden)
-    if name == "cnn":
-        return cnn(input_shape, num_classes)
-    if name == "vgg11":
-        c, h, w = _image_shape(input_shape, "vgg11")
-        return vgg11(num_classes, in_channels=c, input_hw=(h, w))
-    if name == "resnet18_gn":
-        c, _, _ = _image_shape(input_shape, "resnet18_gn")
-        return resnet18_gn(num_classes, in_channels=c)
-    raise ValueError(f"model.name: must be one of {', '.join(MODELS)}, got {name!r}")
+    from fedsim.registries import MODELS as registry
+
+    factory = registry.get(name)
+    if "hidden" in options and not takes_option(factory, "hidden"):
+        options = {k: v for k, v in options.items() if k != "hidden"}
+    return call_factory(factory, (tuple(int(d) for d in input_shape), num_classes), options, f"model {name!r}", "model.options")
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -17,13 +17,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-from ..records import ClientRecord, RoundRecord, columns
+from ..records import ClientRecord, columns
 
-__all__ = ["ROUND_COLUMNS", "QUADRATIC_COLUMNS", "CLIENT_COLUMNS", "TableWriter", "load_run", "Run", "fmt"]
+__all__ = ["CLIENT_COLUMNS", "TableWriter", "load_run", "Run", "fmt"]
 
-ROUND_COLUMNS = columns(RoundRecord, omit=("dist_to_opt",))
-QUADRATIC_COLUMNS = columns(RoundRecord)
-CLIENT_COLUMNS = columns(ClientRecord)
+CLIENT_COLUMNS = columns(ClientRecord)  # rounds.csv's: fedsim.run.folder.table_columns
 
 
 def fmt(v) -> str:

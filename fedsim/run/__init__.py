@@ -4,7 +4,13 @@
 :mod:`~fedsim.run.build` builds the engine and clock, :mod:`~fedsim.run.loop` is the round loop,
 :mod:`~fedsim.run.folder` the run folder, :mod:`~fedsim.run.clock` the clock of a scenario.
 Imported lazily, so ``fedsim.run.clock`` alone does not load torch.
+
+Calling the package, ``fedsim.run(scenario, ...)``, calls :func:`fedsim.api.run` (docs/python-api.md).
 """
+
+from .._callable import make_callable
+
+make_callable(__name__, "fedsim.api:run")
 
 __all__ = ["run", "default_out"]
 

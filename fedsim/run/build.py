@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import torch
 
 from ..algorithms.server import server_init
-from ..algorithms.spec import resolve
 from ..clock import Clock, WorkCost
 from ..devices.cost import work_cost
 from ..engine.async_run import AsyncEngine
@@ -32,16 +31,26 @@ class Built:
     cost: WorkCost | None
 
 
-def build_run(sc: Scenario) -> Built:
+def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     """Data, model, algorithm, server state, engine and clock for ``sc``; sets torch's threads.
 
     Everything that can fail on a valid scenario (device, dataset, traces) fails here.
+
+    Args:
+        model: The user's model replacing ``sc.model`` (a factory ``(input_shape, num_classes,
+            **options) -> nn.Module`` or a module to copy); from ``fedsim.run(model=...)``.
+        data: The user's data replacing ``sc.data`` (a :class:`~fedsim.data.FederatedData`, or what
+            a dataset factory returns).
+        loss: ``loss(outputs, targets) -> scalar mean`` replacing cross-entropy.
+
+    An algorithm of the user's is registered by name (``fedsim.register_algorithm``) and named by
+    ``sc.algorithm.name`` like fedsim's own.
     """
     check_device_available(sc.engine.device)
     device = resolve_device(sc.engine.device)
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
-    work = build_workload(sc, device, dtype)
-    spec = resolve(sc.algorithm)
+    work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
+    spec = sc.algorithm_spec  # resolved once, when the scenario was validated
     chunk = (
         auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
         if sc.engine.clients_per_batch == "auto"

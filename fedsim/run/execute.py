@@ -1,4 +1,4 @@
-"""``run(scenario, out)``: one scenario into one run folder (the public contract of DESIGN.md).
+"""``run(scenario, out)``: one scenario into one run folder (the run folder of README.md, "Run folder").
 
 Order: check the folder (read only) -> build workload, engine and clock -> lock the folder and
 prepare it (or cut it back to its checkpoint for ``--resume``) -> the round loop
@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import ExitStack, closing
 from pathlib import Path
 
-from ..checkpoint import save_checkpoint
+from .checkpoint import save_checkpoint
 from ..engine import distributed
 from ..engine.threads import hold_cores
 from ..records import RunSummary
@@ -31,7 +31,7 @@ __all__ = ["run"]
 
 def run(
     sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True, resume: bool = False,
-    table_format: str | None = None,
+    table_format: str | None = None, model=None, data=None, loss=None,
 ) -> RunSummary:
     """Run ``sc`` into ``out`` (default ``runs/<name>``); returns the final summary.
 
@@ -42,6 +42,9 @@ def run(
 
     ``table_format``: ``csv`` (default) or ``parquet`` (:class:`fedsim.run.folder.Tables`); a
     resumed run keeps its folder's format and refuses another one.
+
+    ``model``, ``data``, ``loss``: Python objects replacing the scenario's named pieces
+    (:func:`fedsim.run.build.build_run`; the public form is :func:`fedsim.run`).
     """
     out = Path(out) if out is not None else default_out(sc)
     main = distributed.is_main()  # under torchrun only rank 0 touches the run folder
@@ -51,7 +54,7 @@ def run(
         check_unlocked(out)
 
     agree(check)
-    built = build_run(sc)
+    built = build_run(sc, model=model, data=data, loss=loss)
     engine = built.engine
     with ExitStack() as stack:
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..scenario import ScenarioError
+from ..errors import ScenarioError
 
 __all__ = ["FolderError", "safe_component", "write_atomic"]
 

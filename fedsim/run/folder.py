@@ -22,7 +22,7 @@ from typing import Collection, Iterator
 
 import torch
 
-from ..checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, load_checkpoint
+from .checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, load_checkpoint
 from ..records import ClientRecord, RoundRecord, columns
 from ..report.parquet import ParquetTableWriter, cut_parts, part_columns, part_rows
 from ..report.tables import TableWriter
@@ -149,7 +149,7 @@ def open_for_resume(
     than this version writes; a ``rounds.csv`` whose row count there is not the checkpoint's
     round (Parquet: fewer parts than recorded, a gap in their numbers, other columns, or another
     row count of rounds in those parts); a checkpoint that is not a fedsim checkpoint
-    (:func:`fedsim.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
+    (:func:`fedsim.run.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
     than ``params`` (the model's names).
     """
     check_folder(sc, out, resume=True)

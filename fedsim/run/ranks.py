@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..engine.distributed import broadcast_object, world
-from ..scenario import ScenarioError
+from ..errors import ScenarioError
 
 __all__ = ["agree"]
 

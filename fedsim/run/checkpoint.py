@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from .run.files import FolderError, write_atomic
+from .files import FolderError, write_atomic
 
 __all__ = ["CHECKPOINT", "TABLES", "PARQUET_TABLES", "save_checkpoint", "load_checkpoint"]
 

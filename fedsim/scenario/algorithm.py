@@ -1,0 +1,83 @@
+"""The ``algorithm`` section: a named preset plus overrides (resolved by :mod:`fedsim.algorithms.spec`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from .. import registries
+from .base import _Frozen, registered
+
+class AlgorithmConfig(_Frozen):
+    """Algorithm preset plus overrides. ``None`` means "the preset's default"."""
+
+    name: str = "fedavg"
+    lr: float = 0.1
+    batch_size: int = Field(32, ge=1)
+    weight_decay: float = Field(0.0, ge=0)
+    momentum: float | None = Field(None, ge=0, lt=1)
+    mu: float | None = Field(None, ge=0)
+    clip_norm: float | None = Field(None, gt=0)
+    lr_decay: float = Field(1.0, gt=0, le=1)  # per local step within a round
+    lr_round_decay: float = Field(1.0, gt=0, le=1)  # per round, exponential (FedLADA 0.998)
+    lr_milestones: tuple[float, ...] = ()  # fractions of the run (FedNova: [0.5, 0.75])
+    lr_milestone_factor: float = Field(0.1, gt=0, le=1)
+    solver: str | None = None  # fedsim.registries.SOLVERS
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    correction: str | None = None  # fedsim.registries.CORRECTIONS
+    amend: float | None = Field(None, ge=0, le=1)  # FedCM / FedLADA alpha
+    aggregation: str | None = None  # fedsim.registries.AGGREGATIONS
+    tau_eff: Literal["a_norm", "tau"] | None = None
+    server_opt: str | None = None  # fedsim.registries.SERVER_OPTS
+    server_lr: float | None = Field(None, gt=0)
+    server_momentum: float | None = Field(None, ge=0, lt=1)
+    server_betas: tuple[float, float] | None = None
+    server_eps: float | None = Field(None, gt=0)
+    share_vhat: bool | None = None
+    # asynchronous
+    staleness: str = "polynomial"  # fedsim.registries.STALENESS
+    staleness_exponent: float = 0.5
+    hinge_a: float = Field(10.0, gt=0)
+    hinge_b: float = Field(4.0, ge=0)
+    mixing: float = Field(0.6, gt=0, le=1)  # FedAsync a
+    normalize_async: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        return registered(registries.ALGORITHMS, v)
+
+    @field_validator("solver", "correction", "aggregation", "server_opt", "staleness")
+    @classmethod
+    def _part(cls, v, info):
+        return v if v is None else registered(_PARTS[info.field_name], v)
+
+    @field_validator("lr")
+    @classmethod
+    def _lr(cls, v):
+        if not v > 0:
+            raise ValueError("must be > 0")
+        return v
+
+    @field_validator("lr_milestones")
+    @classmethod
+    def _milestones(cls, v):
+        if any(not 0 < f < 1 for f in v) or list(v) != sorted(v):
+            raise ValueError("fractions must be increasing and in (0, 1)")
+        return v
+
+    @field_validator("staleness_exponent")
+    @classmethod
+    def _exp(cls, v):
+        if v < 0:
+            raise ValueError("must be >= 0")
+        return v
+
+
+
+_PARTS = {
+    "solver": registries.SOLVERS, "correction": registries.CORRECTIONS, "aggregation": registries.AGGREGATIONS,
+    "server_opt": registries.SERVER_OPTS, "staleness": registries.STALENESS,
+}

@@ -1,0 +1,126 @@
+"""Cross-field rules of a whole scenario (policy vs keys, data vs model, algorithm vs policy)."""
+
+from __future__ import annotations
+
+import functools
+
+from .base import _FieldError
+from .system import DiurnalAvailability
+
+__all__ = ["check_scenario", "algorithm_spec"]
+
+
+@functools.lru_cache(maxsize=256)
+def algorithm_spec(config):
+    """The :class:`~fedsim.algorithms.spec.AlgoSpec` of an ``algorithm`` section, resolved once per
+    (equal, frozen) section: validation and the runner share it (``Scenario.algorithm_spec``)."""
+    from ..algorithms.spec import resolve
+
+    return resolve(config)
+
+
+def check_scenario(sc) -> None:
+    """Raise :class:`~.base._FieldError` naming the first key that breaks a cross-field rule."""
+    m = sc.data.num_clients
+    r = sc.round
+    if r.clients_per_round is not None and r.clients_per_round > m:
+        raise _FieldError("round.clients_per_round", f"must be <= data.clients ({m})")
+    if isinstance(sc.system.speed, tuple) and len(sc.system.speed) != m:
+        raise _FieldError("system.speed", f"needs one speed per client ({m})")
+    av = sc.system.availability
+    if isinstance(av, DiurnalAvailability) and isinstance(av.phase, tuple) and len(av.phase) != m:
+        raise _FieldError("system.availability.phase", f"needs one phase per client ({m})")
+    if isinstance(av, tuple) and len(av) != m:
+        raise _FieldError("system.availability", f"needs one interval list per client ({m})")
+    two_lat = 2 * sc.system.latency
+    if r.policy == "window":
+        if r.window is None:
+            raise _FieldError("round.window", "required for policy window")
+        if not r.window > two_lat:
+            raise _FieldError("round.window", "must be longer than two latencies (download + upload)")
+    if r.policy == "deadline":
+        if r.deadline is None:
+            raise _FieldError("round.deadline", "required for policy deadline")
+        if not r.deadline > two_lat:
+            raise _FieldError("round.deadline", "must be longer than two latencies (download + upload)")
+    if r.policy in ("wait", "deadline", "async"):
+        if r.local_steps is None and r.local_epochs is None:
+            raise _FieldError("round.local_steps", f"policy {r.policy} needs local_steps or local_epochs")
+    if r.local_steps is not None and r.local_epochs is not None:
+        raise _FieldError("round.local_epochs", "give local_steps or local_epochs, not both")
+    if r.local_epochs is not None and sc.data.name == "quadratic":
+        raise _FieldError("round.local_epochs", "quadratic data has no epochs; use local_steps")
+    if r.policy == "async":
+        if r.concurrency is None:
+            raise _FieldError("round.concurrency", "required for policy async")
+        if r.concurrency > m:
+            raise _FieldError("round.concurrency", f"must be <= data.clients ({m})")
+        if sc.algorithm.name == "fedbuff" and r.buffer > r.concurrency:
+            raise _FieldError("round.buffer", "must be <= round.concurrency for fedbuff")
+    if sc.model.name not in (None, "quadratic") and sc.data.name == "quadratic":
+        raise _FieldError("model.name", "quadratic data takes no model")
+    if sc.data.name != "quadratic" and sc.model.name == "quadratic":
+        raise _FieldError("model.name", "quadratic model needs quadratic data")
+    if sc.system.trace is not None and av != "always":
+        raise _FieldError("system.availability", "give either a trace or availability, not both")
+    _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)
+    _check_model_options(sc)
+    from ..algorithms.spec import SpecError
+
+    try:
+        spec = algorithm_spec(sc.algorithm)
+    except SpecError as err:
+        raise _FieldError(err.path, err.msg) from None
+    if spec.mu > 0 and sc.algorithm.lr * spec.mu >= 1:
+        raise _FieldError("algorithm.mu", "lr * mu must be < 1 (the proximal step factor 1 - lr mu must stay positive)")
+    if spec.asynchronous and r.policy != "async":
+        raise _FieldError("algorithm.name", f"{spec.name} needs round.policy async")
+    if r.policy == "async" and not spec.asynchronous:
+        raise _FieldError("algorithm.name", "round.policy async needs fedbuff or fedasync")
+    if spec.asynchronous == "fedasync" and r.buffer != 1:
+        raise _FieldError("round.buffer", "fedasync updates the model at every arrival: must be 1 (fedbuff buffers)")
+    if spec.asynchronous and spec.aggregation == "nova":
+        raise _FieldError("algorithm.aggregation", f"{spec.name}: use algorithm.normalize_async for FedNova's normalization")
+    if not spec.asynchronous and sc.algorithm.normalize_async:
+        # the other async-only keys are ignored by synchronous runs (so one base scenario can
+        # serve a compare grid over both); this one would read like FedNova being on.
+        raise _FieldError(
+            "algorithm.normalize_async", "only for asynchronous algorithms; use fednova / aggregation: nova"
+        )
+
+
+# Input shape of each dataset (before any model): flat features or (C, H, W) images.
+_DATA_SHAPES = {
+    "digits": (1, 8, 8), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28),
+    "cifar10": (3, 32, 32), "cifar100": (3, 32, 32), "tinyimagenet": (3, 64, 64),
+}
+_CONV_MIN_SIDE = {"cnn": 4, "vgg11": 32, "resnet18_gn": 8}
+
+
+def _check_model_fits_data(data: str, model: str, dim: int) -> None:
+    if model not in _CONV_MIN_SIDE:
+        return
+    shape = _DATA_SHAPES.get(data)
+    if shape is None and data not in ("quadratic", "synthetic"):
+        return  # a registered dataset: the model factory sees its input shape when the run is built
+    if shape is None:
+        raise _FieldError("model.name", f"{model} needs image data; {data} has flat features")
+    if min(shape[1:]) < _CONV_MIN_SIDE[model]:
+        raise _FieldError("model.name", f"{model} needs images of at least {_CONV_MIN_SIDE[model]}x{_CONV_MIN_SIDE[model]}; {data} has {shape[1]}x{shape[2]}")
+
+
+
+def _check_model_options(sc) -> None:
+    """``model.options`` against the factory's signature when the factory is already imported (a
+    model registered from Python or a plug-in; a lazy built-in is checked when the run builds it)."""
+    from .. import registries
+    from ..errors import ScenarioError
+    from ..registry import check_options
+
+    name = sc.model.name
+    factory = registries.MODELS.loaded(name) if name not in (None, "quadratic") else None
+    if factory is not None and sc.model.options:
+        try:
+            check_options(factory, sc.model.options, f"model {name!r}", "model.options")
+        except ScenarioError as err:
+            raise _FieldError("model.options", str(err).partition(": ")[2]) from None

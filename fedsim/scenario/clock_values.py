@@ -1,0 +1,67 @@
+"""Translation of validated sections into the clock's plain values (:mod:`fedsim.clock.model`).
+
+The clock never sees pydantic: ``system_value`` and ``round_value`` (also reachable as
+``SystemConfig.value`` / ``RoundConfig.value``) hand it frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clock import model as clock_model
+
+__all__ = ["system_value", "round_value"]
+
+
+def system_value(system, batch_size: int = 32) -> clock_model.System:
+    """The clock's :class:`fedsim.clock.model.System` (a trace replaces compute and
+    availability; ``batch_size`` sets a device trace's step time)."""
+    cm = clock_model
+    av = system.availability
+    if system.trace is not None:
+        compute = availability = cm.Traced(system.trace, system.trace_repeat, batch_size)
+    else:
+        compute = cm.Speed(_per_client_value(system.speed)) if system.compute is None \
+            else cm.Flops(_per_client_value(system.compute.flops))
+        if av == "always":
+            availability = cm.Always()
+        elif isinstance(av, tuple):
+            availability = cm.Intervals(av)
+        else:  # an availability model section (fedsim.scenario.system)
+            availability = av.clock_value()
+    network = None if system.network is None else \
+        cm.Network(_per_client_value(system.network.down), _per_client_value(system.network.up))
+    slowdown = None if system.slowdown is None else _distribution(system.slowdown)
+    return cm.System(compute, availability, slowdown, float(system.latency), network)
+
+
+def _distribution(d: Any) -> Any:
+    """The clock's distribution value (with ``sample(rng)``) of a scenario distribution."""
+    return d.clock_value()
+
+
+def _per_client_value(x: Any) -> Any:
+    return x if isinstance(x, (int, float, tuple)) else _distribution(x)
+
+
+def round_value(rule, batch_size: int) -> clock_model.RoundRule:
+    """The clock's :class:`fedsim.clock.model.RoundRule` (``batch_size`` B for local_epochs)."""
+    cm = clock_model
+    policy = {
+        "window": lambda: cm.Window(rule.window),
+        "wait": cm.Wait,
+        "deadline": lambda: cm.Deadline(rule.deadline),
+        "async": lambda: cm.Async(rule.concurrency, rule.buffer),
+    }[rule.policy]()
+
+    def dist(w):
+        return cm.Constant(w) if isinstance(w, int) else _distribution(w)
+
+    if rule.local_steps is not None:
+        work = cm.Steps(dist(rule.local_steps))
+    elif rule.local_epochs is not None:
+        work = cm.Epochs(dist(rule.local_epochs), batch_size)
+    else:
+        work = None
+    return cm.RoundRule(policy, work, rule.max_local_steps, rule.clients_per_round, rule.sampling)
+

@@ -1,0 +1,107 @@
+"""The ``data`` and ``model`` sections (``data.partition`` included)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from .. import registries
+from .base import _FieldError, _Frozen, registered
+
+class PartitionConfig(_Frozen):
+    """How training samples are split across clients (ignored for quadratic and synthetic)."""
+
+    name: Literal["iid", "dirichlet", "dirichlet_equal", "shards", "powerlaw"] = "iid"
+    alpha: float = Field(0.5, gt=0)
+    classes_per_client: int = Field(2, ge=1)
+    min_size: int = Field(10, ge=1)
+    power: float = Field(1.5, gt=0)
+
+
+class DataConfig(_Frozen):
+    """Workload data. docs/scenario.md says which keys apply to which ``name``."""
+
+    name: str = "quadratic"  # a name in fedsim.registries.DATASETS
+    clients: int | None = Field(None, ge=1)
+    seed: int | None = None  # seeds the data (draws, partition); default: the scenario seed
+    # quadratic
+    centers: tuple[tuple[float, ...], ...] | None = None
+    dim: int = Field(10, ge=1)
+    center_scale: float = Field(1.0, gt=0)
+    weights: tuple[float, ...] | None = None
+    # synthetic (FedProx Synthetic(alpha, beta))
+    alpha: float = Field(1.0, ge=0)
+    beta: float = Field(1.0, ge=0)
+    iid: bool = False
+    # digits / images
+    partition: PartitionConfig = PartitionConfig()
+    root: str = "data"
+    download: bool = False
+    standin: bool = False
+    augment: bool | None = None
+    n_train: int | None = Field(None, ge=1)
+    n_test: int | None = Field(None, ge=1)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+    # a registered dataset's own options (its factory reads config.options)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        return registered(registries.DATASETS, v)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, w):
+        if w is not None:
+            if any(x < 0 for x in w) or sum(w) <= 0:
+                raise ValueError("must be non-negative with a positive sum")
+        return w
+
+    @model_validator(mode="after")
+    def _clients(self):
+        if self.name == "quadratic":
+            if self.centers is not None:
+                if len({len(c) for c in self.centers}) != 1:
+                    raise _FieldError("data.centers", "every center needs the same dimension")
+                if self.clients is not None and self.clients != len(self.centers):
+                    raise _FieldError("data.clients", "must equal the number of centers")
+            if self.weights is not None and len(self.weights) != self.num_clients:
+                raise _FieldError("data.weights", f"need one weight per client ({self.num_clients})")
+        elif self.weights is not None:
+            raise _FieldError("data.weights", "only for quadratic data (otherwise p_i = n_i / n)")
+        return self
+
+    @property
+    def num_clients(self) -> int:
+        if self.clients is not None:
+            return self.clients
+        if self.centers is not None:
+            return len(self.centers)
+        return 30 if self.name == "synthetic" else 10
+
+
+class ModelConfig(_Frozen):
+    """The model: a name in :data:`fedsim.registries.MODELS` (``quadratic``: the quadratic problem's
+    point, no model) and the factory's own ``options`` (``factory(input_shape, num_classes,
+    **options)``; an option its signature does not take is refused when the model is built).
+    ``hidden`` is the ``mlp``'s width (passed to factories that take ``hidden``)."""
+
+    name: str | None = None
+    hidden: int = Field(200, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v):
+        return v if v is None or v == "quadratic" else registered(registries.MODELS, v)
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, v):
+        for key in v:
+            if not (isinstance(key, str) and key.isidentifier()):
+                raise ValueError(f"option {key!r} is not a Python identifier")
+        return v
+

@@ -1,0 +1,93 @@
+"""Scenario distributions (``{dist: uniform | lognormal | randint | constant | exponential, ...}``).
+
+Each knows its clock value (``clock_value()``: the :mod:`fedsim.clock.model` distribution with
+``sample(rng)``), so a new distribution is one class here plus its clock value.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, model_validator
+
+from ..clock import model as cm
+from .base import _Frozen
+
+
+class Uniform(_Frozen):
+    """Continuous uniform on [low, high]."""
+
+    dist: Literal["uniform"]
+    low: float
+    high: float
+
+    def clock_value(self) -> cm.Uniform:
+        return cm.Uniform(self.low, self.high)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if not self.low <= self.high:
+            raise ValueError("low must be <= high")
+        return self
+
+
+class LogNormal(_Frozen):
+    """``median * exp(sigma * N(0, 1))``."""
+
+    dist: Literal["lognormal"]
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+
+    def clock_value(self) -> cm.LogNormal:
+        return cm.LogNormal(self.median, self.sigma)
+
+
+class RandInt(_Frozen):
+    """Integer uniform on {low, ..., high} (both inclusive)."""
+
+    dist: Literal["randint"]
+    low: int
+    high: int
+
+    def clock_value(self) -> cm.RandInt:
+        return cm.RandInt(self.low, self.high)
+
+    @model_validator(mode="after")
+    def _order(self):
+        if not self.low <= self.high:
+            raise ValueError("low must be <= high")
+        return self
+
+
+class Constant(_Frozen):
+    dist: Literal["constant"]
+    value: float
+
+    def clock_value(self) -> cm.Constant:
+        return cm.Constant(self.value)
+
+
+class Exponential(_Frozen):
+    """Exponential with the given mean."""
+
+    dist: Literal["exponential"]
+    mean: float = Field(gt=0)
+
+    def clock_value(self) -> cm.Exponential:
+        return cm.Exponential(self.mean)
+
+
+Dist = Annotated[Union[Uniform, LogNormal, RandInt, Constant, Exponential], Field(discriminator="dist")]
+IntDist = Annotated[Union[RandInt, Constant], Field(discriminator="dist")]
+
+
+def dist_low(d: Any) -> float:
+    """Smallest value a number or distribution can take."""
+    if isinstance(d, (int, float)):
+        return float(d)
+    if isinstance(d, (Uniform, RandInt)):
+        return float(d.low)
+    if isinstance(d, Constant):
+        return d.value
+    return 0.0  # lognormal / exponential: > 0 but unbounded below 1
+

@@ -1,0 +1,46 @@
+"""The ``eval``, ``engine`` and ``checkpoint`` sections."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from ..validate import check_device_spec
+from .base import _Frozen
+
+class EvalConfig(_Frozen):
+    """Evaluation: every ``every`` rounds; the training objective over the evaluation sample.
+
+    ``clients``: size of a fixed uniform sample of clients (seeded by the data seed) whose training
+    data make the reported training objective (and, for Synthetic, whose test parts make the test
+    set). Default: every client when there are at most 1,000, else 1,000 of them.
+    """
+
+    every: int = Field(1, ge=1)
+    train_loss: bool = True
+    clients: int | None = Field(None, ge=1)
+
+
+class EngineConfig(_Frozen):
+    clients_per_batch: Literal["auto"] | int = "auto"
+    device: str = "auto"
+    dtype: Literal["float32", "float64"] = "float32"
+    threads: int | None = Field(None, ge=1)
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v):
+        return check_device_spec(v)
+
+    @field_validator("clients_per_batch")
+    @classmethod
+    def _cpb(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1 or auto")
+        return v
+
+
+class CheckpointConfig(_Frozen):
+    every: int = Field(0, ge=0)  # rounds; 0 = never
+
