@@ -158,7 +158,7 @@ def train_cohort_sharded(
     mine = groups[rank]
     local = train_cohort(work, spec, params, [tasks[j] for j in mine], round_lr=round_lr, seed=seed, chunk=chunk, **kw)
     names = list(params)
-    with_vhat = spec.solver == "amsgrad"
+    with_vhat = spec.keeps_vhat
     dev = next(iter(params.values())).device
     dtype = next(iter(params.values())).dtype
     sizes = [params[k].numel() for k in names]

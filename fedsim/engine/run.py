@@ -25,7 +25,7 @@ from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["SyncEngine", "round_weights", "to_device", "average_buffers"]
+__all__ = ["SyncEngine", "round_weights", "to_device", "average_buffers", "train_and_apply"]
 
 
 def round_weights(plan: RoundPlan) -> dict[int, float]:
@@ -65,6 +65,32 @@ def average_buffers(buffers: Tensors, weights: torch.Tensor) -> Tensors:
         else:
             out[k] = torch.round(torch.tensordot(q.to(v.device), v.double(), dims=1)).to(v.dtype)
     return out
+
+
+def train_and_apply(work: Workload, spec: AlgoSpec, params: Tensors, server: ServerState, tasks, weights: dict,
+                    *, lr: float, seed: int, chunk: int, client_p: dict, buffers: Tensors | None = None,
+                    train=train_cohort):
+    """One synchronous round's computation: the tasks' local training from ``params`` (each
+    client with its correction, the server's direction and v_hat), then the server update with
+    the reporting clients' weights ``weights[client]``. Returns ``(params, server state, cohort
+    result)``; the result carries the weights used (``res.weights``, float64, task order)."""
+    res = train(
+        work.for_clients([t.client for t in tasks]), spec, params, tasks,
+        round_lr=lr, seed=seed, chunk=chunk,
+        correction=lambda i: client_correction(spec, server, i, params),
+        direction=server.direction,
+        vhat0=server.vhat,
+        **({"buffers": buffers} if buffers else {}),
+    )
+    w = torch.tensor([weights[t.client] for t in tasks], dtype=torch.float64)
+    res.weights = w
+    upd = RoundUpdate(
+        clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps,
+        lr=lr, num_clients=work.num_clients,
+        client_p=client_p, vhat=res.vhat,
+    )
+    new_params, new_server = server_apply(spec, params, server, upd)
+    return new_params, new_server, res
 
 
 def tau_stats(steps: list[int]) -> dict:
@@ -120,23 +146,12 @@ class SyncEngine:
             work.module.train()
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort  # torchrun: split over ranks
         bufs = self.global_buffers()
-        res = train(
-            work.for_clients([t.client for t in tasks]), spec, self.params, tasks,
-            round_lr=lr, seed=self.seed, chunk=self.chunk,
-            correction=lambda i: client_correction(spec, self.server, i, self.params),
-            direction=self.server.direction,
-            vhat0=self.server.vhat,
-            **({"buffers": bufs} if bufs else {}),
+        self.params, self.server, res = train_and_apply(
+            work, spec, self.params, self.server, tasks, weights, lr=lr, seed=self.seed, chunk=self.chunk,
+            client_p=self.client_p, buffers=bufs, train=train,
         )
-        w = torch.tensor([weights[t.client] for t in tasks], dtype=torch.float64)
         if bufs and tasks:
-            self.buffers = average_buffers(res.buffers, w)
-        upd = RoundUpdate(
-            clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps,
-            lr=lr, num_clients=work.num_clients,
-            client_p=self.client_p, vhat=res.vhat,
-        )
-        self.params, self.server = server_apply(spec, self.params, self.server, upd)
+            self.buffers = average_buffers(res.buffers, res.weights)
         a_of = dict(zip((t.client for t in tasks), res.a_norm.tolist()))
         clients = [
             ClientRecord(

@@ -65,6 +65,7 @@ class CohortResult:
     steps: torch.Tensor  # float64 (clients,)
     vhat: Tensors | None  # final AMSGrad v_hat, stacked
     buffers: Tensors | None = None  # the clients' final buffers (BatchNorm statistics), stacked
+    weights: torch.Tensor | None = None  # w_i the server used (set by engine.run.train_and_apply)
 
 
 class BatchStream:
@@ -400,7 +401,7 @@ def train_cohort(
     # rows come out in sorted order; one gather puts them back in task order
     back = torch.as_tensor(np.argsort(np.asarray(order)), device=work.x_train.device)
     deltas = {k: _cat([p[0][k] for p in pieces])[back] for k in params}
-    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in params} if spec.solver == "amsgrad" else None
+    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in params} if spec.keeps_vhat else None
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
@@ -502,5 +503,5 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     done_st.reverse()
     final = {k: _cat([d[k] for d in done_x]) for k in params}
     deltas = {k: final[k] - params[k].unsqueeze(0) for k in params}
-    vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if spec.solver == "amsgrad" else None
+    vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if spec.keeps_vhat else None
     return deltas, vhat, None if bufs is None else {k: v.unsqueeze(0) for k, v in bufs.items()}

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..algorithms.algorithm import algorithm
 from ..algorithms.server import server_init
 from ..algorithms.spec import resolve
 from ..clock import Clock, WorkCost
@@ -42,6 +43,7 @@ def build_run(sc: Scenario) -> Built:
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
     work = build_workload(sc, device, dtype)
     spec = resolve(sc.algorithm)
+    algorithm(spec).check(work.init_params)  # the pieces' state on one step: one line, exit 2
     chunk = (
         auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
         if sc.engine.clients_per_batch == "auto"

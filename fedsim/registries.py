@@ -1,0 +1,66 @@
+"""The registries of named pieces: the one place a name in a scenario file is looked up.
+
+Each :class:`~fedsim.registry.Registry` maps names to pieces of one kind:
+
+=================  ===========================  ==============================================
+registry           scenario field               a piece is
+=================  ===========================  ==============================================
+``MODELS``         ``model.name``               ``factory(input_shape, num_classes, **options) -> nn.Module``
+``DATASETS``       ``data.name``                ``factory(config, seed) -> Dataset | FederatedData`` (config: the
+                                                scenario's ``data`` section)
+``ALGORITHMS``     ``algorithm.name``           a preset: the parts an algorithm fills (``algorithms/presets.py``)
+``SOLVERS``        ``algorithm.solver``         a local solver (``algorithms/*``)
+``CORRECTIONS``    ``algorithm.correction``     a local correction
+``AGGREGATIONS``   ``algorithm.aggregation``    a server aggregation
+``SERVER_OPTS``    ``algorithm.server_opt``     a server optimizer
+``STALENESS``      ``algorithm.staleness``      an asynchronous staleness rule
+=================  ===========================  ==============================================
+
+fedsim's built-ins register here exactly as a plug-in would, as lazy ``"module:attribute"``
+strings, so that checking a scenario's names imports nothing (no torch). Importing this module
+registers them; user code registers through :mod:`fedsim.api` (``fedsim.register_model``, ...),
+an installed package's ``fedsim.plugins`` entry point, or ``--plugin MODULE`` (:mod:`fedsim.plugins`).
+"""
+
+from __future__ import annotations
+
+from .registry import Registry
+
+__all__ = [
+    "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",
+    "ALL",
+]
+
+MODELS: Registry = Registry("model", "model.name")
+DATASETS: Registry = Registry("dataset", "data.name")
+ALGORITHMS: Registry = Registry("algorithm", "algorithm.name")
+SOLVERS: Registry = Registry("local solver", "algorithm.solver")
+CORRECTIONS: Registry = Registry("correction", "algorithm.correction")
+AGGREGATIONS: Registry = Registry("aggregation", "algorithm.aggregation")
+SERVER_OPTS: Registry = Registry("server optimizer", "algorithm.server_opt")
+STALENESS: Registry = Registry("staleness rule", "algorithm.staleness")
+
+#: kind -> registry (what ``fedsim.register(kind, name, obj)`` and the docs list).
+ALL = {
+    "model": MODELS, "dataset": DATASETS, "algorithm": ALGORITHMS, "solver": SOLVERS, "correction": CORRECTIONS,
+    "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS,
+}
+
+
+def _register_builtins() -> None:
+    # models (fedsim/models): factory(input_shape, num_classes, **options)
+    for name in ("logreg", "mlp", "cnn", "vgg11", "resnet18_gn"):
+        MODELS.register(name, f"fedsim.models:{name}")
+    # datasets (fedsim/data): factory(config, seed)
+    DATASETS.register("quadratic", "fedsim.data.builtin:quadratic")
+    DATASETS.register("synthetic", "fedsim.data.builtin:synthetic")
+    DATASETS.register("digits", "fedsim.data.builtin:digits")
+    for name in ("mnist", "fashion_mnist", "cifar10", "cifar100", "tinyimagenet"):
+        DATASETS.register(name, f"fedsim.data.builtin:{name}")
+    # algorithms and their parts (fedsim/algorithms): registered by the algorithms package
+    from .algorithms.builtin import register_builtins
+
+    register_builtins(ALGORITHMS, SOLVERS, CORRECTIONS, AGGREGATIONS, SERVER_OPTS, STALENESS)
+
+
+_register_builtins()
