@@ -270,6 +270,9 @@ def test_whole_run_records_the_engine_path(tmp_path, monkeypatch):
     assert info["engine_path"] == "per_client"
     rounds = pd.read_csv(out / "rounds.csv")
     assert len(rounds) == 2 and rounds["test_acc"].notna().all()
+    saved = torch.load(out / "model.pt", weights_only=True)
+    assert {"1.running_mean", "1.running_var", "1.num_batches_tracked"} <= set(saved)
+    assert int(saved["1.num_batches_tracked"]) > 0  # the averaged buffers, not the initial ones
     out = _run(tmp_path, monkeypatch, "conv", data=class_data(), model=lambda s, k: Conv1(s[0], k))
     assert yaml.safe_load((out / "info.yaml").read_text())["engine_path"] == "batched"
 
@@ -285,6 +288,14 @@ def test_regression_run_writes_empty_accuracy(tmp_path, monkeypatch):
     header = (out / "rounds.csv").read_text().splitlines()[1].split(",")
     cols = (out / "rounds.csv").read_text().splitlines()[0].split(",")
     assert header[cols.index("test_acc")] == ""
+
+
+def test_buffers_with_async_are_refused():
+    sc = parse_scenario({"data": {"name": "synthetic", "clients": 4}, "model": {"name": "logreg"},
+                         "round": {"policy": "async", "local_steps": 2, "concurrency": 2, "buffer": 1},
+                         "algorithm": {"name": "fedbuff"}})
+    with pytest.raises(ScenarioError, match="^model: a model with buffers"):
+        build_workload(sc, CPU, torch.float64, data=class_data(4), model=bn_net)
 
 
 def test_bad_model_writes_nothing(tmp_path, monkeypatch):

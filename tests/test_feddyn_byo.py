@@ -115,3 +115,38 @@ def test_feddyn_composes_with_fednova_and_momentum(feddyn):
     assert torch.isfinite(params["x"]).all()
     # a_norm of momentum 0.5 with prox mu: the shadow run of the same chain, not tau_i
     assert not torch.equal(res.a_norm, res.steps)
+
+
+def test_a_registered_solver_whose_state_changes_shape_is_one_line_before_the_run():
+    from fedsim.algorithms.algorithm import Algorithm
+    from fedsim.algorithms.parts import Solver
+    from fedsim.errors import ScenarioError
+    from fedsim.registries import SOLVERS
+
+    def leaky(spec):
+        return [T.Transform(lambda p, v=None: {"n." + k: torch.zeros(1) for k in p},
+                            lambda u, s, ctx: (u, {k: torch.cat([t, t]) for k, t in s.items()}), name="leaky")]
+
+    SOLVERS.register("leaky_t", Solver(leaky))
+    ALGORITHMS.register("leaky_t", {"solver": "leaky_t"})
+    try:
+        spec = resolve(AlgorithmConfig(name="leaky_t"))
+        with pytest.raises(ScenarioError) as err:
+            Algorithm.build(spec).check({"x": torch.zeros(2)})
+        assert str(err.value) == "algorithm: local piece 1 (leaky): state 'n.x' changed from (1,) torch.float32 to (2,) torch.float32 after one update"
+    finally:
+        SOLVERS.unregister("leaky_t")
+        ALGORITHMS.unregister("leaky_t")
+
+
+def test_unknown_part_names_list_the_known_ones():
+    from fedsim.algorithms.spec import SpecError
+
+    ALGORITHMS.register("typo_t", {"correction": "scafold"})
+    try:
+        with pytest.raises(SpecError) as err:
+            resolve(AlgorithmConfig(name="typo_t"))
+        assert str(err.value) == ("algorithm.correction: unknown correction 'scafold'; known: fedcm, lada, none, "
+                                  "nova_vr, scaffold, vrlsgd")
+    finally:
+        ALGORITHMS.unregister("typo_t")

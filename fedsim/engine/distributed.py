@@ -154,6 +154,10 @@ def train_cohort_sharded(
     n = len(tasks)
     if n == 0:
         return train_cohort(work, spec, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
+    if work.buffers:
+        from ..errors import ScenarioError
+
+        raise ScenarioError("model: a model with buffers (BatchNorm statistics) is not supported under torchrun yet")
     groups = lpt_assign([float(t.steps) for t in tasks], size)
     mine = groups[rank]
     local = train_cohort(work, spec, params, [tasks[j] for j in mine], round_lr=round_lr, seed=seed, chunk=chunk, **kw)

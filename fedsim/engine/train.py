@@ -112,6 +112,7 @@ MAX_CHUNK = 128
 def auto_chunk(work: Workload, device: torch.device, threads: int = 1) -> int:
     """``engine.clients_per_batch: auto``, a documented rule backed by benchmarks/bench_engine.py.
 
+    * The ``per_client`` engine path (models with buffers, or that ``vmap`` refuses): 1.
     * Conv nets: one client at a time on CPU (a conv step is compute-bound; batching the
       convolutions over clients is no faster there, measured, and holds 16x the activations);
       16 on GPU.
@@ -128,6 +129,8 @@ def auto_chunk(work: Workload, device: torch.device, threads: int = 1) -> int:
     """
     if work.batched_grad is not None:
         return MAX_CHUNK
+    if work.engine_path == "per_client":  # buffers, or a module vmap refuses: one client at a time
+        return 1
     conv = work.module is not None and any(isinstance(m, torch.nn.Conv2d) for m in work.module.modules())
     if conv:
         return 16 if device.type == "cuda" else 1

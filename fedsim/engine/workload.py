@@ -340,25 +340,31 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype, *, model=None, 
             :mod:`fedsim.engine.from_data`), or an already built Dataset / SyntheticPopulation;
             None: ``sc.data`` by name. ``source`` is the same argument under another name.
         loss: ``loss(outputs, targets) -> scalar mean``; None: cross-entropy.
-        check: With any of the user's pieces, check them on one batch and decide the engine path
-            (:func:`fedsim.engine.probe.probe`).
+        check: Check the model and loss on one batch and decide the engine path
+            (:func:`fedsim.engine.probe.probe`; every model, fedsim's own included, so a registered
+            model that ``vmap`` refuses runs per client too).
     """
     data = source if data is None else data
     from ..data.federated import FederatedData
 
     if isinstance(data, FederatedData):
         from .from_data import federated_workload
-        from .probe import probe
 
         work = federated_workload(sc, data, device, dtype, model=model, loss=loss)
-        return probe(work, sc.algorithm.batch_size) if check else work
-    if data is None and sc.data.name == "quadratic":
+    elif data is None and sc.data.name == "quadratic":
         return _quadratic(sc, device, dtype)
-    work = _labelled_workload(sc, device, dtype, data, model, loss)
-    if check and (model is not None or loss is not None):
-        from .probe import probe
+    else:
+        work = _labelled_workload(sc, device, dtype, data, model, loss)
+    if not check:
+        return work
+    from .probe import probe
 
-        return probe(work, sc.algorithm.batch_size)
+    work = probe(work, sc.algorithm.batch_size)
+    if work.buffers and getattr(sc.round, "policy", None) == "async":
+        from ..errors import ScenarioError
+
+        raise ScenarioError("model: a model with buffers (BatchNorm statistics) is not supported with round.policy "
+                            f"async yet (buffers: {', '.join(sorted(work.buffers))})")
     return work
 
 
