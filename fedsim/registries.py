@@ -51,12 +51,14 @@ def _register_builtins() -> None:
     # models (fedsim/models): factory(input_shape, num_classes, **options)
     for name in ("logreg", "mlp", "cnn", "vgg11", "resnet18_gn"):
         MODELS.register(name, f"fedsim.models:{name}")
+    MODELS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(model=...): the model object
     # datasets (fedsim/data): factory(config, seed)
     DATASETS.register("quadratic", "fedsim.data.builtin:quadratic")
     DATASETS.register("synthetic", "fedsim.data.builtin:synthetic")
     DATASETS.register("digits", "fedsim.data.builtin:digits")
     for name in ("mnist", "fashion_mnist", "cifar10", "cifar100", "tinyimagenet"):
         DATASETS.register(name, f"fedsim.data.builtin:{name}")
+    DATASETS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(data=...): the data object
     # algorithms and their parts (fedsim/algorithms): registered by the algorithms package
     from .algorithms.builtin import register_builtins
 

@@ -347,12 +347,14 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype, *, model=None, 
     data = source if data is None else data
     from ..data.federated import FederatedData
 
+    if data is None and sc.data.name == "quadratic":
+        return _quadratic(sc, device, dtype)
+    if data is None:
+        data = dataset_for(sc)  # a registered dataset may be a FederatedData too
     if isinstance(data, FederatedData):
         from .from_data import federated_workload
 
         work = federated_workload(sc, data, device, dtype, model=model, loss=loss)
-    elif data is None and sc.data.name == "quadratic":
-        return _quadratic(sc, device, dtype)
     else:
         work = _labelled_workload(sc, device, dtype, data, model, loss)
     if not check:
@@ -374,8 +376,6 @@ def _labelled_workload(sc, device, dtype, source, model, loss_fn) -> Workload:
     from ..data import SyntheticPopulation
 
     d = sc.data
-    if source is None:
-        source = dataset_for(sc)
     all_sizes = np.asarray(source.client_sizes, dtype=np.int64)
     m = len(all_sizes)
     sample = eval_sample(m, sc.eval.clients, sc.data_seed)
