@@ -1,8 +1,7 @@
 """Shared drivers for the algorithm tests: quadratic workloads and one synchronous round.
 
-``run_round`` does what ``engine.run.Simulation.step`` does for a full-participation round
-(train the cohort with ``engine.train.train_cohort``, then ``algorithms.server.server_apply``),
-without the clock, so tests choose tau_i and the weights directly.
+``run_round`` runs the engine's own round computation (``engine.run.train_and_apply``, what
+``SyncEngine.step`` calls) without the clock, so tests choose tau_i and the weights directly.
 """
 
 from __future__ import annotations
@@ -11,9 +10,10 @@ import torch
 
 from fedsim.algorithms.algorithm import algorithm
 from fedsim.algorithms.presets import PRESETS
-from fedsim.algorithms.server import RoundUpdate, client_correction, server_apply, server_init
+from fedsim.algorithms.server import server_init
 from fedsim.algorithms.spec import resolve
-from fedsim.engine.train import Task, train_cohort
+from fedsim.engine.run import train_and_apply
+from fedsim.engine.train import Task
 from fedsim.engine.workload import build_workload
 from fedsim.scenario import AlgorithmConfig, parse_scenario
 
@@ -44,19 +44,11 @@ def start(spec, work):
 def run_round(spec, work, params, state, steps, lr, *, chunk=None, weights=None, key=0):
     """One round; ``steps[i]`` = tau_i of client i (clients with 0 steps do not report)."""
     tasks = [Task(i, int(s), key) for i, s in enumerate(steps) if s > 0]
-    res = train_cohort(
-        work, spec, params, tasks, round_lr=lr, seed=0, chunk=chunk or max(len(tasks), 1),
-        correction=lambda i: client_correction(spec, state, i, params),
-        direction=state.direction, vhat0=state.vhat,
-    )
     p = work.weights if weights is None else weights
-    w = torch.tensor([float(p[t.client]) for t in tasks], dtype=torch.float64)
-    upd = RoundUpdate(
-        clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps, lr=lr,
-        num_clients=work.num_clients, client_p={i: float(q) for i, q in enumerate(work.weights)}, vhat=res.vhat,
+    return train_and_apply(
+        work, spec, params, state, tasks, {t.client: float(p[t.client]) for t in tasks}, lr=lr, seed=0,
+        chunk=chunk or max(len(tasks), 1), client_p={i: float(q) for i, q in enumerate(work.weights)},
     )
-    new_params, new_state = server_apply(spec, params, state, upd)
-    return new_params, new_state, res
 
 
 def run(spec, work, rounds, steps, lr, **kw):

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from fedsim.algorithms.local import init_state, local_step
+from fedsim.algorithms.algorithm import algorithm
 from fedsim.algorithms.spec import SpecError
 from fedsim.cli import main
 
@@ -123,7 +123,7 @@ def test_clip_weight_decay_and_prox_in_one_step():
     x0 = {"a": torch.zeros(2, 2, dtype=torch.float64), "b": torch.tensor([[1.0], [1.0]], dtype=torch.float64)}
     g = {"a": torch.tensor([[3.0, 0.0], [0.3, 0.0]], dtype=torch.float64),
          "b": torch.tensor([[4.0], [0.4]], dtype=torch.float64)}
-    new, _ = local_step(spec, x, g, init_state(spec, x), 0.1, x0=x0)
+    new, _ = algorithm(spec).client_step(x, g, algorithm(spec).client_init(x), 0.1, x0=x0)
     # client 0: |g| = 5 -> scaled by 1/5; client 1: |g| = 0.5 <= 1, unchanged
     s = [1 / 5, 1.0]
     for i in range(2):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.algorithms.local import a_norm, init_state, local_step, masked
+from fedsim.algorithms.algorithm import algorithm, masked
 from fedsim.engine.train import Task, train_cohort
 
 from _algorithms_helpers import quadratic_work, spec_for
@@ -27,14 +27,14 @@ def brute_force_a(spec, tau, lr=LR):
     """Coefficient vector a (length tau) of the gradients, by the real solver on basis gradients."""
     x0 = {"w": torch.zeros(1, tau, dtype=torch.float64)}
     x = {"w": x0["w"].clone()}
-    st = init_state(spec, x)
+    st = algorithm(spec).client_init(x)
     direction = None
     if spec.uses_global_direction:  # constant direction: track it in an extra coordinate
         raise AssertionError("use brute_force_a_with_direction")
     for k in range(tau):
         g = torch.zeros(1, tau, dtype=torch.float64)
         g[0, k] = 1.0
-        x, st = local_step(spec, x, {"w": g}, st, lr * spec.lr_decay**k, x0=x0, direction=direction)
+        x, st = algorithm(spec).client_step(x, {"w": g}, st, lr * spec.lr_decay**k, x0=x0, direction=direction)
     return (-x["w"][0] / lr).numpy()
 
 
@@ -66,7 +66,7 @@ def momentum_closed(rho, tau):
 def shadow(spec, tau, lr=LR):
     ratios = [spec.lr_decay**k for k in range(max(tau) if isinstance(tau, list) else tau)]
     steps = tau if isinstance(tau, list) else [tau]
-    return a_norm(spec, steps, ratios, lr=lr).numpy()
+    return algorithm(spec).a_norm(steps, ratios, lr=lr).numpy()
 
 
 TAUS = [1, 2, 7, 20]
@@ -159,16 +159,16 @@ def test_amended_direction_counts_like_a_gradient(over):
 @pytest.mark.parametrize("name", ["localadam", "fedlada"])
 def test_adaptive_reports_tau(name):
     spec = spec_for(name)
-    np.testing.assert_array_equal(a_norm(spec, [3, 1, 8], [1.0] * 8), [3.0, 1.0, 8.0])
+    np.testing.assert_array_equal(algorithm(spec).a_norm([3, 1, 8], [1.0] * 8), [3.0, 1.0, 8.0])
 
 
 def test_unequal_steps_in_one_call_and_lr_needed_for_prox():
     spec = spec_for("fednova_prox", mu=1.0, momentum=0.9)
-    got = a_norm(spec, [1, 4, 9], [1.0] * 9, lr=LR).numpy()
+    got = algorithm(spec).a_norm([1, 4, 9], [1.0] * 9, lr=LR).numpy()
     want = [numpy_a(t, rho=0.9, mu=1.0)[0].sum() for t in (1, 4, 9)]
     np.testing.assert_allclose(got, want, rtol=1e-12)
     with pytest.raises(ValueError, match="lr"):
-        a_norm(spec, [1], [1.0])
+        algorithm(spec).a_norm([1], [1.0])
 
 
 def test_engine_reports_exact_a_norm_and_decayed_steps():
@@ -192,8 +192,8 @@ def test_engine_reports_exact_a_norm_and_decayed_steps():
 def test_masked_freezes_whole_state():
     spec = spec_for("fednova", momentum=0.9)
     x = {"w": torch.ones(2, 3)}
-    st = init_state(spec, x)
-    nx, ns = local_step(spec, x, {"w": torch.ones(2, 3)}, st, 0.1)
+    st = algorithm(spec).client_init(x)
+    nx, ns = algorithm(spec).client_step(x, {"w": torch.ones(2, 3)}, st, 0.1)
     mask = torch.tensor([True, False])
     fx, fs = masked(mask, nx, x), masked(mask, ns, st)
     assert torch.equal(fx["w"][1], x["w"][1]) and torch.equal(fs["buf.w"][1], st["buf.w"][1])
@@ -203,7 +203,7 @@ def test_masked_freezes_whole_state():
 def test_step_lrs_are_computed_when_read():
     """Issue 12 item 12: no list of every step's lr. Entries equal the stored lists of earlier
     versions bit for bit (lr * gamma**k, and the ratio as the quotient), at any step index."""
-    from fedsim.algorithms.local import StepLrs
+    from fedsim.algorithms.lr import StepLrs
 
     lr, gamma = 0.07, 0.93
     lazy = StepLrs(lr, gamma)
@@ -212,5 +212,5 @@ def test_step_lrs_are_computed_when_read():
     assert [lazy.ratios()[k] for k in range(40)] == [q / lr for q in stored]
     assert lazy[10**12] == lr * gamma ** (10**12) and StepLrs(lr, 1.0)[10**12] == lr
     spec = spec_for("fednova", momentum=0.7, mu=1.0, lr_decay=gamma)
-    a = a_norm(spec, [1, 4, 13, 0, 40], [q / lr for q in stored], lr=lr)
-    assert torch.equal(a_norm(spec, [1, 4, 13, 0, 40], lazy.ratios(), lr=lr), a)
+    a = algorithm(spec).a_norm([1, 4, 13, 0, 40], [q / lr for q in stored], lr=lr)
+    assert torch.equal(algorithm(spec).a_norm([1, 4, 13, 0, 40], lazy.ratios(), lr=lr), a)

@@ -16,7 +16,8 @@ import yaml
 
 import fedsim.run.execute as execute
 from fedsim.algorithms.asynchronous import Arrivals, NormState, async_apply, staleness_weight
-from fedsim.algorithms.server import RoundUpdate, aggregate
+from fedsim.algorithms.algorithm import algorithm
+from fedsim.algorithms.server import RoundUpdate
 from fedsim.cli import main
 from fedsim.scenario import AlgorithmConfig, load_scenario
 from fedsim.algorithms.spec import resolve
@@ -94,7 +95,7 @@ def test_normalized_full_buffer_is_fednova_aggregation():
     x = {"x": torch.zeros(4, dtype=torch.float64)}
     got, _, norm, coef = async_apply(spec, x, {}, arr, NormState())
     upd = RoundUpdate(clients=(0, 1, 2), deltas=deltas, weights=p, a_norm=a, steps=a, lr=0.1, num_clients=3)
-    torch.testing.assert_close(got["x"], aggregate(nova, upd)["x"], rtol=0, atol=1e-15)
+    torch.testing.assert_close(got["x"], algorithm(nova).aggregate(upd)["x"], rtol=0, atol=1e-15)
     assert norm.tau_eff == pytest.approx(float((p * a).sum()), abs=1e-15)
     torch.testing.assert_close(coef, p)
     # tau_eff is a running mean over every arrival: a later buffer of one job is still rescaled

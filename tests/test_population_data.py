@@ -166,8 +166,8 @@ def test_eval_info():
     full = build_workload(_sc(), torch.device("cpu"), torch.float32)
     part = build_workload(_sc(eval_clients=3), torch.device("cpu"), torch.float32)
     total = int(SyntheticPopulation(0.5, 0.5, 10, seed=3).client_sizes.sum())
-    assert eval_info(full) == {"eval_clients": 10, "train_samples": total}
-    assert eval_info(part) == {"eval_clients": 3, "train_samples": total}
+    assert eval_info(full) == {"eval_clients": 10, "train_samples": total, "engine_path": "batched"}
+    assert eval_info(part) == {"eval_clients": 3, "train_samples": total, "engine_path": "batched"}
 
 
 def test_empty_cohort():

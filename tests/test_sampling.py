@@ -1,7 +1,7 @@
 """Client sampling keeps the aggregated update unbiased (FedNova section 4 / appendix G).
 
 Enumerate every possible sample of q out of m clients with its probability, aggregate each with
-``fedsim.algorithms.server.aggregate`` and the scheme's weights, and compare the expectation with
+the algorithm's ``aggregate`` and the scheme's weights, and compare the expectation with
 the full-participation update:
   (i)  q draws with replacement, client i with probability p_i; weight count_i / q;
   (ii) q distinct clients uniformly without replacement; weight p_i * m / q.
@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.algorithms.server import RoundUpdate, aggregate
+from fedsim.algorithms.algorithm import algorithm
+from fedsim.algorithms.server import RoundUpdate
 
 from _algorithms_helpers import spec_for
 
@@ -69,8 +70,8 @@ def test_probabilities_sum_to_one(scheme):
 @pytest.mark.parametrize("scheme", [without_replacement, with_replacement])
 def test_fedavg_update_is_unbiased(scheme):
     spec = spec_for("fedavg")
-    expected = sum(pr * aggregate(spec, update(w))["x"].numpy() for pr, w in scheme())
-    full = aggregate(spec, update(FULL))["x"].numpy()
+    expected = sum(pr * algorithm(spec).aggregate(update(w))["x"].numpy() for pr, w in scheme())
+    full = algorithm(spec).aggregate(update(FULL))["x"].numpy()
     np.testing.assert_allclose(expected, full, rtol=1e-12)
     np.testing.assert_allclose(full, P @ DELTAS, rtol=1e-12)
 
@@ -84,10 +85,10 @@ def test_fednova_direction_and_tau_eff_are_unbiased(scheme, tau_eff):
     e_tau = 0.0
     for pr, w in scheme():
         t_s = sum(wi * norm[i] for i, wi in w.items())  # the sample's tau_eff, computed here
-        e_dir += pr * aggregate(spec, update(w))["x"].numpy() / t_s
+        e_dir += pr * algorithm(spec).aggregate(update(w))["x"].numpy() / t_s
         e_tau += pr * t_s
     full_tau = P @ norm
-    full = aggregate(spec, update(FULL))["x"].numpy()
+    full = algorithm(spec).aggregate(update(FULL))["x"].numpy()
     np.testing.assert_allclose(e_dir, full / full_tau, rtol=1e-12)
     np.testing.assert_allclose(e_dir, (P / A_NORM) @ DELTAS, rtol=1e-12)
     assert e_tau == pytest.approx(full_tau, rel=1e-12)

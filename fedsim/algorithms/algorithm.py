@@ -10,9 +10,11 @@
     server: aggregate (avg | nova) -> [momentum trace | Adam/Yogi/Adagrad scaling] -> eta_g; x <- x + u
 
 and drives them: ``init`` (server state), ``client_step`` / ``client_update`` (local training of
-stacked clients on any gradient oracle), ``a_norm`` (the shadow run), ``server_update``. The engine
-uses the same object through the functions of ``local.py`` and ``server.py``. docs/algorithms.md
-gives the equations and citations.
+stacked clients on any gradient oracle), ``a_norm`` (the shadow run), ``server_update``. Every part
+is looked up by name in its registry (:mod:`fedsim.algorithms.parts`, :mod:`fedsim.registries`):
+fedsim's own parts and a user's go through the same lookups. The engine uses the same object
+(``engine/train.py``; the server side through ``server.py``). docs/algorithms.md gives the
+equations and citations, docs/extending.md the contract of the parts.
 
 Driving one round by hand (tests, notebooks)::
 
@@ -32,10 +34,9 @@ from typing import Callable, Sequence
 import torch
 
 from . import transforms as T
-from .aggregate import Average, Nova
 from .lr import StepLrs
-from .spec import AlgoSpec
-from .state import RoundUpdate, ServerState, global_direction, shared_vhat, update_control_variates
+from .spec import AlgoSpec, part
+from .state import RoundUpdate, ServerState, shared_vhat
 
 Tensors = dict[str, torch.Tensor]
 
@@ -43,37 +44,24 @@ __all__ = ["Algorithm", "algorithm", "masked"]
 
 
 def local_pieces(spec: AlgoSpec) -> tuple[T.Transform, ...]:
-    """The local solver's pieces, in order."""
+    """The local solver's pieces, in order: clip -> weight decay -> the correction's ``before``
+    pieces -> the solver's (registered as ``spec.solver``) -> the correction's ``after`` pieces."""
+    corr = part("correction", spec.correction)
     p: list[T.Transform] = []
     if spec.clip_norm is not None:
         p.append(T.clip_by_client_norm(spec.clip_norm))
     if spec.weight_decay:
         p.append(T.add_weight_decay(spec.weight_decay))
-    if spec.uses_control_variates:
-        p.append(T.add_correction())
-    if spec.adaptive:
-        if spec.mu > 0:
-            p.append(T.add_prox(spec.mu))  # part of the objective the solver preconditions
-        p.append(T.scale_by_adam(*spec.betas, spec.eps, amsgrad=spec.solver == "amsgrad"))
-    else:
-        if spec.momentum > 0:
-            p.append(T.trace(spec.momentum, "buf."))
-        if spec.mu > 0:
-            p.append(T.add_prox(spec.mu))  # on the step, outside the momentum buffer
-    if spec.amend != 1.0:
-        p.append(T.amend(spec.amend))
+    p.extend(corr.before(spec))
+    p.extend(part("solver", spec.solver).build(spec))
+    p.extend(corr.after(spec))
     return tuple(p)
 
 
 def server_chain(spec: AlgoSpec) -> T.Transform:
-    """The server optimizer on the pseudo-gradient d; its output is added to x."""
-    lr = spec.server_lr
-    if spec.server_opt == "sgd":
-        return T.chain(T.scale(lr))
-    if spec.server_opt == "momentum":
-        return T.chain(T.trace(spec.server_momentum, "v.", follow_lr=spec.aggregation == "nova"), T.scale(lr))
-    b1, b2 = spec.server_betas
-    return T.chain(T.scale_by_adam(b1, b2, spec.server_eps, second_moment=spec.server_opt, eps_in_root=False, lr=lr))
+    """The server optimizer on the pseudo-gradient d (registered as ``spec.server_opt``); its
+    output is added to x."""
+    return part("server_opt", spec.server_opt).build(spec)
 
 
 def _bcast(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -98,8 +86,23 @@ class Algorithm:
     @classmethod
     def build(cls, spec: AlgoSpec) -> "Algorithm":
         pieces = local_pieces(spec)
-        agg = Nova(spec.tau_eff) if spec.aggregation == "nova" else Average()
+        agg = part("aggregation", spec.aggregation).build(spec)
         return cls(spec, T.chain(*pieces), T.shadow(*pieces), server_chain(spec), agg)
+
+    def check(self, params: Tensors) -> None:
+        """Run each local piece and the server optimizer once on ``params``'s shapes (one client
+        stacked) and check their state keeps its keys, shapes and dtypes
+        (:func:`~fedsim.algorithms.transforms.check_transform`): a one-line StateError naming the
+        piece otherwise. Torch's random state is not touched."""
+        stacked = {k: v.unsqueeze(0).clone() for k, v in params.items()}
+        zeros = {k: torch.zeros_like(v) for k, v in stacked.items()}
+        ctx = T.Context(stacked, zeros, zeros, zeros)
+        for i, piece in enumerate(local_pieces(self.spec)):
+            T.check_transform(piece, stacked, ctx, what=f"algorithm: local piece {i + 1} ({piece.name or 'transform'})")
+        one = torch.ones(1, dtype=torch.float64)
+        upd = RoundUpdate(clients=(0,), deltas=zeros, weights=one, a_norm=one, steps=one, lr=self.spec.lr, num_clients=1)
+        T.check_transform(self.server, params, T.Context(params, update=upd),
+                          what=f"algorithm.server_opt: {self.spec.server_opt} ({self.server.name or 'transform'})")
 
     # -- clients ---------------------------------------------------------------------------------
     def client_init(self, params: Tensors, vhat0: Tensors | None = None) -> Tensors:
@@ -113,13 +116,10 @@ class Algorithm:
         return {k: x - lr * u[k] for k, x in params.items()}, st
 
     def correction(self, state: ServerState, client: int, like: Tensors) -> Tensors | None:
-        """Additive gradient correction c - c_i (None without control variates; unseen c_i = 0)."""
-        if not self.spec.uses_control_variates:
-            return None
-        ci = state.c_clients.get(client)
-        if ci is None:
-            return {k: state.c[k].clone() for k in like}
-        return {k: state.c[k] - ci[k] for k in like}
+        """Client ``client``'s additive gradient correction for the round (the registered
+        correction's ``client`` rule; SCAFFOLD: c - c_i, unseen c_i = 0), or None."""
+        rule = part("correction", self.spec.correction).client
+        return None if rule is None else rule(state, client, like)
 
     def a_norm(self, steps: Sequence[int] | torch.Tensor, lr_ratios, lr: float | None = None) -> torch.Tensor:
         """||a_i||_1 per client by the shadow run (float64): x0 = 0, every gradient 1, D = 1, the
@@ -174,8 +174,8 @@ class Algorithm:
         xs = {k: v.clone() for k, v in x0.items()}
         st = self.client_init(xs, state.vhat)
         corr = None
-        if self.spec.uses_control_variates:
-            cs = [self.correction(state, i, params) for i in ids]
+        cs = [self.correction(state, i, params) for i in ids]
+        if cs and cs[0] is not None:
             corr = {k: torch.stack([c[k] for c in cs]) for k in params}
         lrs = StepLrs(lr, self.spec.lr_decay)
         for k in range(int(tau.max()) if n else 0):
@@ -188,23 +188,22 @@ class Algorithm:
             weights=torch.tensor([float(weights[i]) for i in ids], dtype=torch.float64),
             a_norm=self.a_norm(tau.tolist(), lrs.ratios(), lr=lr), steps=tau.double(), lr=lr,
             num_clients=len(steps), client_p={i: float(q) for i, q in enumerate(p)},
-            vhat={k: st["vhat." + k] for k in params} if self.spec.solver == "amsgrad" else None,
+            vhat={k: st["vhat." + k] for k in params} if self.spec.keeps_vhat else None,
         )
 
     # -- server ----------------------------------------------------------------------------------
     def init(self, params: Tensors) -> ServerState:
         """Zero moments, zero control variates, zero global direction (round 1 of FedCM/FedLADA)."""
 
-        def zeros() -> Tensors:
-            return {k: torch.zeros_like(v) for k, v in params.items()}
+        corr = part("correction", self.spec.correction)
+        fields = corr.init(params, self.spec) if corr.init is not None else {}
+        return ServerState(opt=self.server.init(params, None), **fields)
 
-        c = zeros() if self.spec.uses_control_variates else None
-        direction = zeros() if self.spec.uses_global_direction else None
-        return ServerState(opt=self.server.init(params, None), c=c, direction=direction)
-
-    def server_step(self, params: Tensors, d: Tensors, opt: Tensors, lr_ratio: float = 1.0) -> tuple[Tensors, Tensors]:
-        """The server optimizer on pseudo-gradient ``d``: x + u; returns (params, optimizer state)."""
-        u, new = self.server.update(d, opt, T.Context(params, lr_ratio=lr_ratio))
+    def server_step(self, params: Tensors, d: Tensors, opt: Tensors, lr_ratio: float = 1.0,
+                    update: RoundUpdate | None = None) -> tuple[Tensors, Tensors]:
+        """The server optimizer on pseudo-gradient ``d``: x + u; returns (params, optimizer state).
+        ``update``: the round's updates, for server pieces that read them (``Context.update``)."""
+        u, new = self.server.update(d, opt, T.Context(params, lr_ratio=lr_ratio, update=update))
         return {k: x + u[k] for k, x in params.items()}, new
 
     def server_update(self, params: Tensors, state: ServerState, upd: RoundUpdate) -> tuple[Tensors, ServerState]:
@@ -214,12 +213,11 @@ class Algorithm:
         spec = self.spec
         d = self.aggregate(upd)
         ratio = upd.lr / state.lr if state.lr is not None and upd.lr != state.lr else 1.0
-        new_params, opt = self.server_step(params, d, state.opt, ratio)
+        new_params, opt = self.server_step(params, d, state.opt, ratio, upd)
         new = replace(state, opt=opt, version=state.version + 1, lr=upd.lr)
-        if spec.uses_control_variates:
-            new = update_control_variates(new, upd, d, vrlsgd=spec.correction == "vrlsgd")
-        if spec.uses_global_direction:
-            new = replace(new, direction=global_direction(upd, d))
+        rule = part("correction", spec.correction).server
+        if rule is not None:  # control variates, global direction, ...
+            new = rule(new, upd, d, spec)
         if spec.share_vhat and upd.vhat is not None:
             new = replace(new, vhat=shared_vhat(upd))
         return new_params, new

@@ -44,7 +44,7 @@ import torch
 
 from .aggregate import weighted_sum
 from .algorithm import algorithm
-from .spec import AlgoSpec
+from .spec import AlgoSpec, part
 
 Tensors = dict[str, torch.Tensor]
 
@@ -112,13 +112,14 @@ class FedAsync:
 
 
 def async_rule(spec: AlgoSpec) -> FedBuff | FedAsync:
-    """The asynchronous rule of ``spec`` (``FedBuff`` or ``FedAsync``)."""
-    w = Staleness(spec.staleness, spec.staleness_exponent, spec.hinge_a, spec.hinge_b)
+    """The asynchronous rule of ``spec`` (``FedBuff`` or ``FedAsync``), its staleness weight the
+    rule registered as ``spec.staleness`` (:data:`fedsim.registries.STALENESS`)."""
+    w = part("staleness", spec.staleness).build(spec)
     return FedAsync(w, spec.mixing) if spec.asynchronous == "fedasync" else FedBuff(w)
 
 
 def staleness_weight(spec: AlgoSpec, s: int | float) -> float:
-    """w(s) of ``spec.staleness`` (constant | polynomial | hinge) for staleness ``s >= 0``."""
+    """w(s) of ``spec.staleness`` (built-in: constant | polynomial | hinge) for staleness ``s >= 0``."""
     return async_rule(spec).staleness(s)
 
 

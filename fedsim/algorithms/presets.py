@@ -4,6 +4,11 @@ An algorithm is a local solver (SGD with optional momentum / prox / weight decay
 AMSGrad), an optional local correction (SCAFFOLD control variates, FedNova-VR, FedCM / FedLADA
 amended direction), an aggregation (plain weighted average or FedNova normalization) and a server
 optimizer. A preset fills the parts a scenario leaves unset; every part can be overridden.
+
+``PRESETS`` are fedsim's own; they are registered in :data:`fedsim.registries.ALGORITHMS` by
+:func:`fedsim.algorithms.builtin.register_builtins`, exactly as a user's preset is registered, and
+``resolve`` looks every name up there. A preset maps part names (the keys of ``BASE``) to values;
+parts it leaves out are ``BASE``'s.
 """
 
 from __future__ import annotations
@@ -74,8 +79,10 @@ PRESETS = MappingProxyType(
 
 
 def preset(name: str):
-    """The preset mapping for ``name``; raises KeyError listing the known names."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(sorted(PRESETS))}") from None
+    """The registered preset ``name`` (fedsim's or a user's) over ``BASE``; raises KeyError listing
+    the known names."""
+    from ..registries import ALGORITHMS
+
+    if name not in ALGORITHMS:
+        raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS.names())}")
+    return MappingProxyType({**BASE, **ALGORITHMS.get(name)})

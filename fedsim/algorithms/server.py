@@ -33,13 +33,7 @@ __all__ = [
     "server_init",
     "server_apply",
     "client_correction",
-    "aggregate",
 ]
-
-
-def aggregate(spec: AlgoSpec, upd: RoundUpdate) -> Tensors:
-    """The aggregated model change d (before the server optimizer)."""
-    return algorithm(spec).aggregate(upd)
 
 
 def server_init(spec: AlgoSpec, params: Tensors) -> ServerState:

@@ -14,14 +14,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .lr import round_lr
-from .presets import PRESETS, preset
+from .presets import BASE
 
-__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION", "OVERRIDABLE"]
+__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION", "OVERRIDABLE", "part"]
 
-#: Corrections that keep per-client control variates (SCAFFOLD family).
+#: Built-in corrections that keep per-client control variates (SCAFFOLD family).
 CONTROL_VARIATES = ("scaffold", "vrlsgd", "nova_vr")
-#: Corrections that amend the local step with the server's global direction.
+#: Built-in corrections that amend the local step with the server's global direction.
 GLOBAL_DIRECTION = ("fedcm", "lada")
+
+#: AlgoSpec field -> registry attribute of :mod:`fedsim.registries`.
+_REGISTRY = {"solver": "SOLVERS", "correction": "CORRECTIONS", "aggregation": "AGGREGATIONS",
+             "server_opt": "SERVER_OPTS", "staleness": "STALENESS"}
+
+
+def part(kind: str, name: str):
+    """The registered part ``name`` of ``kind`` (``solver``, ``correction``, ``aggregation``,
+    ``server_opt``, ``staleness``); an unknown name is a :class:`SpecError` listing the known ones."""
+    from .. import registries
+
+    reg = getattr(registries, _REGISTRY[kind])
+    if name not in reg:
+        raise SpecError(f"algorithm.{kind}", f"unknown {reg.kind} {name!r}; known: {', '.join(reg.names())}")
+    return reg.get(name)
 
 
 class SpecError(ValueError):
@@ -71,16 +86,22 @@ class AlgoSpec:
 
     @property
     def adaptive(self) -> bool:
-        """Adam-family local solver: not linear, so ||a_i||_1 is reported as tau_i."""
-        return self.solver in ("adam", "amsgrad")
+        """A local solver that is not linear in the gradients (Adam family): ||a_i||_1 is reported
+        as tau_i."""
+        return not part("solver", self.solver).linear
+
+    @property
+    def keeps_vhat(self) -> bool:
+        """The local solver keeps an AMSGrad v_hat (returned per client, seeded by the server's)."""
+        return part("solver", self.solver).keeps_vhat
 
     @property
     def uses_global_direction(self) -> bool:
-        return self.correction in GLOBAL_DIRECTION
+        return part("correction", self.correction).direction
 
     @property
     def uses_control_variates(self) -> bool:
-        return self.correction in CONTROL_VARIATES
+        return part("correction", self.correction).control_variates
 
     def round_lr(self, round_index: int, total_rounds: int) -> float:
         """Local lr at the start of round ``round_index`` (0-based).
@@ -101,10 +122,20 @@ OVERRIDABLE = (
 
 
 def resolve(cfg) -> AlgoSpec:
-    """Fill the unset keys of an ``AlgorithmConfig`` from its preset and check the combination."""
-    if cfg.name not in PRESETS:
-        raise SpecError("algorithm.name", f"unknown algorithm {cfg.name!r}; known: {', '.join(sorted(PRESETS))}")
-    base = dict(preset(cfg.name))
+    """Fill the unset keys of an ``AlgorithmConfig`` from its preset (registered in
+    :data:`fedsim.registries.ALGORITHMS`; a preset names only the parts it changes from
+    :data:`~fedsim.algorithms.presets.BASE`) and check the combination."""
+    from ..registries import ALGORITHMS
+
+    if cfg.name not in ALGORITHMS:
+        raise SpecError("algorithm.name", f"unknown algorithm {cfg.name!r}; known: {', '.join(ALGORITHMS.names())}")
+    base = dict(BASE)
+    preset = ALGORITHMS.get(cfg.name)
+    unknown = sorted(set(preset) - set(BASE))
+    if unknown:
+        raise SpecError("algorithm.name", f"preset {cfg.name!r} sets {unknown[0]!r}, not a part of an algorithm "
+                        f"(parts: {', '.join(BASE)})")
+    base.update(preset)
     explicit = {key for key in OVERRIDABLE if getattr(cfg, key) is not None}
     for key in explicit:
         base[key] = getattr(cfg, key)
@@ -135,7 +166,7 @@ def resolve(cfg) -> AlgoSpec:
 
 def _follow_overrides(b: dict, explicit: set[str]) -> None:
     """Adjust preset-provided parts to the user's explicit overrides (never explicit ones)."""
-    adaptive = b["solver"] in ("adam", "amsgrad")
+    adaptive = not part("solver", b["solver"]).linear
     if "correction" not in explicit:
         if b["correction"] == "none" and "amend" in explicit and b["amend"] != 1.0:
             b["correction"] = "lada" if adaptive else "fedcm"
@@ -143,7 +174,7 @@ def _follow_overrides(b: dict, explicit: set[str]) -> None:
             b["correction"] = "fedcm"
         elif b["correction"] == "fedcm" and adaptive:
             b["correction"] = "lada"
-    if "share_vhat" not in explicit and b["solver"] != "amsgrad":
+    if "share_vhat" not in explicit and not part("solver", b["solver"]).keeps_vhat:
         b["share_vhat"] = False
     if "server_opt" not in explicit and "server_momentum" in explicit:
         if b["server_opt"] == "sgd" and b["server_momentum"] > 0:
@@ -164,31 +195,38 @@ def _check(s: AlgoSpec, explicit: set[str]) -> None:
                 return f"algorithm.{k}"
         return f"algorithm.{keys[0]}"
 
+    solver = part("solver", s.solver)
+    corr = part("correction", s.correction)
+    agg = part("aggregation", s.aggregation)
+    sopt = part("server_opt", s.server_opt)
+    part("staleness", s.staleness)
     if s.adaptive and s.momentum > 0:
         raise SpecError(blame("momentum", "solver"), f"not used by the {s.solver} local solver (it has its own betas)")
-    if s.share_vhat and s.solver != "amsgrad":
-        raise SpecError(blame("share_vhat", "solver"), "needs solver amsgrad")
-    if s.correction == "lada" and not s.adaptive:
-        raise SpecError(blame("correction", "solver"), "lada amends an adaptive solver; use fedcm with sgd")
-    if s.uses_control_variates and s.adaptive:
+    if s.share_vhat and not solver.keeps_vhat:
+        raise SpecError(blame("share_vhat", "solver"), "needs a solver that keeps v_hat (amsgrad)")
+    if corr.needs == "adaptive" and not s.adaptive:
+        raise SpecError(blame("correction", "solver"), f"{s.correction} amends an adaptive solver; use fedcm with sgd")
+    if corr.needs == "linear" and s.adaptive:
+        kind = "control variates" if corr.control_variates else "correction"
         raise SpecError(
             blame("correction", "solver"),
-            f"{s.correction} control variates need a linear (sgd) local solver, not {s.solver}",
+            f"{s.correction} {kind} need a linear (sgd) local solver, not {s.solver}",
         )
-    if s.uses_global_direction:
+    if corr.direction:
         if not s.amend > 0:
             raise SpecError("algorithm.amend", "must be > 0 (amend 0 ignores the client's own gradient)")
     elif s.amend != 1.0:
         raise SpecError("algorithm.amend", f"needs correction fedcm or lada (correction is {s.correction})")
-    if s.correction == "nova_vr" and s.aggregation != "nova":
-        raise SpecError(blame("aggregation", "correction"), "correction nova_vr needs aggregation nova")
-    if "tau_eff" in explicit and s.aggregation != "nova":
+    if corr.needs_aggregation is not None and s.aggregation != corr.needs_aggregation:
+        raise SpecError(blame("aggregation", "correction"),
+                        f"correction {s.correction} needs aggregation {corr.needs_aggregation}")
+    if "tau_eff" in explicit and not agg.tau_eff:
         raise SpecError("algorithm.tau_eff", "needs aggregation nova")
-    if s.server_opt != "momentum" and s.server_momentum > 0:
+    if not sopt.momentum and s.server_momentum > 0:
         raise SpecError("algorithm.server_momentum", f"needs server_opt momentum (server_opt is {s.server_opt})")
-    if s.server_opt == "momentum" and s.server_momentum == 0:
-        raise SpecError("algorithm.server_momentum", "server_opt momentum needs server_momentum > 0")
-    if s.server_opt not in ("adam", "yogi", "adagrad"):
+    if sopt.momentum and s.server_momentum == 0:
+        raise SpecError("algorithm.server_momentum", f"server_opt {s.server_opt} needs server_momentum > 0")
+    if not sopt.adaptive:
         for key in ("server_betas", "server_eps"):
             if key in explicit:
                 raise SpecError(f"algorithm.{key}", f"needs server_opt adam, yogi or adagrad (server_opt is {s.server_opt})")
@@ -196,7 +234,7 @@ def _check(s: AlgoSpec, explicit: set[str]) -> None:
         if not all(0 <= x < 1 for x in b):
             raise SpecError(f"algorithm.{key}", "must be in [0, 1)")
     if s.asynchronous is not None:
-        if s.correction != "none":
+        if not corr.asynchronous:
             raise SpecError(blame("correction", "amend"), f"not supported by asynchronous {s.asynchronous}")
         if s.share_vhat:
             raise SpecError("algorithm.share_vhat", f"not supported by asynchronous {s.asynchronous}")

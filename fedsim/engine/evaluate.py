@@ -41,37 +41,78 @@ def _batch_sums(n: int, width: int, device, fn: Callable[[int, int], torch.Tenso
     return total
 
 
+def _sample_losses(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy per example (B,): over the last dimension of ``out``; for (B, L) token
+    targets the mean over the example's L tokens."""
+    if y.dim() == 1:
+        return F.cross_entropy(out, y, reduction="none")
+    k = out.shape[-1]
+    return F.cross_entropy(out.reshape(-1, k), y.reshape(-1), reduction="none").view(y.shape[0], -1).mean(1)
+
+
 @torch.no_grad()
 def global_objective(work: Workload, params: Tensors) -> float:
     """sum_i p_i F_i(x), F_i the client's mean loss over its training samples; over the evaluation
-    sample S (``work.eval_clients``) when it is not every client: sum_{i in S} p_i F_i / sum_{i in S} p_i."""
-    if work.is_quadratic:
-        per = 0.5 * ((params["x"].unsqueeze(0) - work.x_train) ** 2).sum(1)
-        return float((torch.as_tensor(work.weights, dtype=per.dtype, device=per.device) * per).sum())
+    sample S (``work.eval_clients``) when it is not every client: sum_{i in S} p_i F_i / sum_{i in S} p_i.
+
+    ``params``: the model's parameters (and buffers, when it has any). With the user's loss
+    (``work.loss_fn``, a minibatch mean) F_i is computed client by client, each client's batches
+    weighted by their sizes.
+    """
+    if work.loss_fn is not None:
+        return _objective_by_client(work, params)
     w = work.sample_weights
     rows = work.eval_rows
 
     def batch(s: int, e: int) -> torch.Tensor:
         pick = slice(s, e) if rows is None else rows[s:e]
-        losses = F.cross_entropy(work.predict(params, work.x_train[pick]), work.y_train[pick], reduction="none")
+        losses = _sample_losses(work.predict(params, work.x_train[pick]), work.y_train[pick])
         return (losses.double() * w[pick]).sum().reshape(1)
 
     n = work.x_train.shape[0] if rows is None else len(rows)
     return float(_batch_sums(n, 1, w.device, batch)[0])
 
 
+def _objective_by_client(work: Workload, params: Tensors) -> float:
+    held = dict(work._held())
+    clients = sorted(held) if work.eval_clients is None else [int(c) for c in work.eval_clients]
+    total = p_sum = 0.0
+    dev = work.x_train.device
+    for c in clients:
+        rows = torch.as_tensor(held[c], device=dev)
+        f = 0.0
+        for s in range(0, len(rows), EVAL_BATCH):
+            pick = rows[s:s + EVAL_BATCH]
+            f += float(work.loss_fn(work.predict(params, work.x_train[pick]), work.y_train[pick])) * len(pick)
+        total += float(work.weights[c]) * f / len(rows)
+        p_sum += float(work.weights[c])
+    return total / p_sum if work.eval_clients is not None else total
+
+
 @torch.no_grad()
 def test_metrics(work: Workload, params: Tensors) -> tuple[float, float]:
-    """(test loss, test accuracy) on the test split; NaN when there is none."""
+    """(test loss, test accuracy) on the test split; NaN when there is none.
+
+    The loss is the mean over test examples (the user's ``loss_fn`` averaged over batches weighted
+    by their sizes); accuracy, the share of targets whose arg-max output is the target, only when
+    targets are classes (``work.num_classes``; (B, L) token targets: over all tokens), else NaN.
+    """
     if work.x_test is None or work.predict is None or work.x_test.shape[0] == 0:
         return float("nan"), float("nan")
     n = work.x_test.shape[0]
+    loss_fn = work.loss_fn
 
     def batch(s: int, e: int) -> torch.Tensor:
         logits = work.predict(params, work.x_test[s:e])
         yb = work.y_test[s:e]
-        loss = F.cross_entropy(logits, yb, reduction="sum").double()
-        return torch.stack([loss, (logits.argmax(1) == yb).sum().double()])
+        if loss_fn is not None:
+            loss = loss_fn(logits, yb).double() * (e - s)
+        elif yb.dim() == 1:
+            loss = F.cross_entropy(logits, yb, reduction="sum").double()
+        else:
+            loss = _sample_losses(logits, yb).double().sum()
+        correct = (logits.argmax(-1) == yb).sum().double() if work.classes else loss.new_zeros(())
+        return torch.stack([loss, correct])
 
     loss, correct = _batch_sums(n, 2, work.x_test.device, batch).tolist()
-    return loss / n, int(correct) / n
+    return loss / n, (int(correct) / work.y_test.numel() if work.classes else float("nan"))

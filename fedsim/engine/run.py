@@ -7,7 +7,7 @@ carries between rounds (what a checkpoint holds). The round loop is the runner's
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -25,7 +25,7 @@ from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["SyncEngine", "round_weights", "to_device"]
+__all__ = ["SyncEngine", "round_weights", "to_device", "average_buffers", "train_and_apply"]
 
 
 def round_weights(plan: RoundPlan) -> dict[int, float]:
@@ -52,6 +52,47 @@ def to_device(x, dev: torch.device):
     return x
 
 
+def average_buffers(buffers: Tensors, weights: torch.Tensor) -> Tensors:
+    """The new global buffers from the reporting clients' final buffers (stacked, one row per
+    client): averaged like parameters with the round's weights normalized to sum 1,
+    sum_i (w_i / sum_j w_j) b_i; integer buffers (BatchNorm's ``num_batches_tracked``) get that
+    mean rounded to the nearest integer (docs/algorithms.md, "Models with buffers")."""
+    q = (weights / weights.sum()).to(torch.float64)
+    out = {}
+    for k, v in buffers.items():
+        if v.is_floating_point():
+            out[k] = torch.tensordot(q.to(device=v.device, dtype=v.dtype), v, dims=1)
+        else:
+            out[k] = torch.round(torch.tensordot(q.to(v.device), v.double(), dims=1)).to(v.dtype)
+    return out
+
+
+def train_and_apply(work: Workload, spec: AlgoSpec, params: Tensors, server: ServerState, tasks, weights: dict,
+                    *, lr: float, seed: int, chunk: int, client_p: dict, buffers: Tensors | None = None,
+                    train=train_cohort):
+    """One synchronous round's computation: the tasks' local training from ``params`` (each
+    client with its correction, the server's direction and v_hat), then the server update with
+    the reporting clients' weights ``weights[client]``. Returns ``(params, server state, cohort
+    result)``; the result carries the weights used (``res.weights``, float64, task order)."""
+    res = train(
+        work.for_clients([t.client for t in tasks]), spec, params, tasks,
+        round_lr=lr, seed=seed, chunk=chunk,
+        correction=lambda i: client_correction(spec, server, i, params),
+        direction=server.direction,
+        vhat0=server.vhat,
+        **({"buffers": buffers} if buffers else {}),
+    )
+    w = torch.tensor([weights[t.client] for t in tasks], dtype=torch.float64)
+    res.weights = w
+    upd = RoundUpdate(
+        clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps,
+        lr=lr, num_clients=work.num_clients,
+        client_p=client_p, vhat=res.vhat,
+    )
+    new_params, new_server = server_apply(spec, params, server, upd)
+    return new_params, new_server, res
+
+
 def tau_stats(steps: list[int]) -> dict:
     """``tau_mean, tau_min, tau_max`` of the participants' local steps (None when there are none)."""
     if not steps:
@@ -76,6 +117,18 @@ class SyncEngine:
     rounds: int
     seed: int
     train_loss: bool = False
+    #: the global model's buffers (BatchNorm statistics); None: the workload's initial ones
+    buffers: Tensors | None = field(default=None)
+
+    def global_buffers(self) -> Tensors:
+        """The global buffers now (empty for a stateless model)."""
+        return self.work.buffers if self.buffers is None else self.buffers
+
+    def model_state(self) -> Tensors:
+        """The global model as ``functional_call`` takes it: parameters plus buffers (the
+        parameters alone, the same dict, for a stateless model)."""
+        bufs = self.global_buffers()
+        return {**self.params, **bufs} if bufs else self.params
 
     @cached_property
     def client_p(self) -> dict[int, float]:
@@ -92,20 +145,13 @@ class SyncEngine:
         if work.module is not None and not work.module.training:
             work.module.train()
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort  # torchrun: split over ranks
-        res = train(
-            work.for_clients([t.client for t in tasks]), spec, self.params, tasks,
-            round_lr=lr, seed=self.seed, chunk=self.chunk,
-            correction=lambda i: client_correction(spec, self.server, i, self.params),
-            direction=self.server.direction,
-            vhat0=self.server.vhat,
+        bufs = self.global_buffers()
+        self.params, self.server, res = train_and_apply(
+            work, spec, self.params, self.server, tasks, weights, lr=lr, seed=self.seed, chunk=self.chunk,
+            client_p=self.client_p, buffers=bufs, train=train,
         )
-        w = torch.tensor([weights[t.client] for t in tasks], dtype=torch.float64)
-        upd = RoundUpdate(
-            clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps,
-            lr=lr, num_clients=work.num_clients,
-            client_p=self.client_p, vhat=res.vhat,
-        )
-        self.params, self.server = server_apply(spec, self.params, self.server, upd)
+        if bufs and tasks:
+            self.buffers = average_buffers(res.buffers, res.weights)
         a_of = dict(zip((t.client for t in tasks), res.a_norm.tolist()))
         clients = [
             ClientRecord(
@@ -124,12 +170,17 @@ class SyncEngine:
 
     def state_dict(self) -> dict:
         """Global model and server state, as plain containers of tensors (for checkpoints)."""
-        return {"params": self.params, "server": asdict(self.server)}
+        out = {"params": self.params, "server": asdict(self.server)}
+        if self.global_buffers():
+            out["buffers"] = self.global_buffers()
+        return out
 
     def load_state(self, state: dict) -> None:
         dev = self.work.x_train.device
         self.params = {k: v.to(dev) for k, v in state["params"].items()}
         self.server = ServerState(**to_device(state["server"], dev))
+        if "buffers" in state:
+            self.buffers = {k: v.to(dev) for k, v in state["buffers"].items()}
 
     def finite(self) -> bool:
         return all(bool(torch.isfinite(v).all()) for v in self.params.values())
@@ -140,10 +191,9 @@ class SyncEngine:
         work = self.work
         if work.module is not None:
             work.module.eval()
-        metrics = {}
-        if self.train_loss or work.is_quadratic:
-            metrics["train_loss"] = global_objective(work, self.params)
-        metrics["test_loss"], metrics["test_acc"] = test_metrics(work, self.params)
-        if work.optimum is not None:
-            metrics["dist_to_opt"] = float(torch.linalg.vector_norm(self.params["x"].double().cpu() - work.optimum))
+        state = self.model_state()
+        metrics = dict(work.extra_metrics(self.params)) if work.extra_metrics is not None else {}
+        if self.train_loss and "train_loss" not in metrics:
+            metrics["train_loss"] = global_objective(work, state)
+        metrics["test_loss"], metrics["test_acc"] = test_metrics(work, state)
         return replace(record, **metrics)

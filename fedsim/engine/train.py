@@ -11,6 +11,13 @@ its whole solver state (parameters, momentum, Adam moments, v_hat), so later ste
 nor compute for it -- the same result as masking the whole state update, without the padding work.
 ``clients_per_batch = 1`` is the one-client-at-a-time loop (no ``vmap``; conv nets call the module
 directly).
+
+The ``per_client`` engine path (``Workload.engine_path``, decided once before the run by
+:mod:`fedsim.engine.probe`: models with buffers such as BatchNorm, or that ``vmap`` refuses such
+as ``nn.LSTM``) is that loop with chunk 1, carrying each client's own copy of the round's global
+buffers through its steps (the module updates them in place) and returning them
+(``CohortResult.buffers``). The loss is the workload's (``loss_fn``; default cross-entropy over
+the last dimension, so targets may be (B,) classes or (B, L) token sequences).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["Task", "CohortResult", "train_cohort", "BatchStream", "batch_indices", "auto_chunk", "cohort_grad", "stacked_forward"]
+__all__ = ["Task", "CohortResult", "train_cohort", "BatchStream", "batch_indices", "auto_chunk", "cohort_grad",
+           "stacked_forward", "per_client_loss"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,8 @@ class CohortResult:
     a_norm: torch.Tensor  # float64 (clients,)
     steps: torch.Tensor  # float64 (clients,)
     vhat: Tensors | None  # final AMSGrad v_hat, stacked
+    buffers: Tensors | None = None  # the clients' final buffers (BatchNorm statistics), stacked
+    weights: torch.Tensor | None = None  # w_i the server used (set by engine.run.train_and_apply)
 
 
 class BatchStream:
@@ -102,6 +112,7 @@ MAX_CHUNK = 128
 def auto_chunk(work: Workload, device: torch.device, threads: int = 1) -> int:
     """``engine.clients_per_batch: auto``, a documented rule backed by benchmarks/bench_engine.py.
 
+    * The ``per_client`` engine path (models with buffers, or that ``vmap`` refuses): 1.
     * Conv nets: one client at a time on CPU (a conv step is compute-bound; batching the
       convolutions over clients is no faster there, measured, and holds 16x the activations);
       16 on GPU.
@@ -118,6 +129,8 @@ def auto_chunk(work: Workload, device: torch.device, threads: int = 1) -> int:
     """
     if work.batched_grad is not None:
         return MAX_CHUNK
+    if work.engine_path == "per_client":  # buffers, or a module vmap refuses: one client at a time
+        return 1
     conv = work.module is not None and any(isinstance(m, torch.nn.Conv2d) for m in work.module.modules())
     if conv:
         return 16 if device.type == "cuda" else 1
@@ -251,8 +264,8 @@ def cohort_grad(
     generator, independently per client.
     """
     if work.batched_grad is not None:
-        return lambda params, xb, yb, noise=None: work.batched_grad(params, xb, yb)
-    fwd = stacked_forward(work.module)
+        return lambda params, xb, yb, noise=None, buffers=None: work.batched_grad(params, xb, yb)
+    fwd = stacked_forward(work.module) if not work.buffers else None
     if fwd is None:
         predict = work.predict
 
@@ -263,27 +276,57 @@ def cohort_grad(
         vfwd = vmap(predict, randomness="different")
         vkeyed = vmap(keyed, randomness="different")
 
-        def fwd(params: Tensors, xb: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        def fwd(params: Tensors, xb: torch.Tensor, noise: torch.Tensor | None = None,
+                buffers: Tensors | None = None) -> torch.Tensor:
             if xb.shape[0] == 1:  # one client: the module itself, no batching rules
                 p1 = {k: v[0] for k, v in params.items()}
+                if buffers:  # the client's own buffers, updated in place by the module
+                    p1 = {**p1, **buffers}
                 out = predict(p1, xb[0]) if noise is None else keyed(p1, xb[0], noise[0])
                 return out.unsqueeze(0)
             return vfwd(params, xb) if noise is None else vkeyed(params, xb, noise)
     else:
         stacked = fwd
 
-        def fwd(params: Tensors, xb: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        def fwd(params: Tensors, xb: torch.Tensor, noise: torch.Tensor | None = None,
+                buffers: Tensors | None = None) -> torch.Tensor:
             return stacked(params, xb)  # Linear/ReLU stacks have no dropout
 
-    def grad_fn(params: Tensors, xb: torch.Tensor, yb: torch.Tensor, noise: torch.Tensor | None = None):
+    client_losses = per_client_loss(work.loss_fn)
+
+    def grad_fn(params: Tensors, xb: torch.Tensor, yb: torch.Tensor, noise: torch.Tensor | None = None,
+                buffers: Tensors | None = None):
         leaves = [v.detach().requires_grad_(True) for v in params.values()]
         with torch.enable_grad():
-            logits = fwd(dict(zip(params, leaves)), xb, noise)
-            loss = F.cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view(yb.shape).mean(1)
+            logits = fwd(dict(zip(params, leaves)), xb, noise, buffers)
+            loss = client_losses(logits, yb)
             grads = torch.autograd.grad(loss.sum(), leaves, materialize_grads=True)
         return dict(zip(params, grads)), loss.detach()
 
     return grad_fn
+
+
+def per_client_loss(loss_fn: Callable | None) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``(outputs (C, B, ...), targets (C, B, ...)) -> (C,)``: each client's mean loss on its
+    minibatch. ``loss_fn`` None: cross-entropy over the last dimension of the outputs (targets
+    (C, B) classes or (C, B, L) token sequences, mean over all of a client's targets); else the
+    user's ``loss_fn(outputs, targets) -> scalar`` per client (``vmap`` over clients, or called
+    directly for one client)."""
+    if loss_fn is None:
+
+        def cross_entropy(logits: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            k = logits.shape[-1]
+            return F.cross_entropy(logits.reshape(-1, k), yb.reshape(-1), reduction="none").view(yb.shape[0], -1).mean(1)
+
+        return cross_entropy
+    batched = vmap(loss_fn)
+
+    def custom(logits: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        if logits.shape[0] == 1:
+            return loss_fn(logits[0], yb[0]).reshape(1)
+        return batched(logits, yb)
+
+    return custom
 
 
 #: Per client, dropout noise is drawn this many bytes' worth of steps at a time (at least one step).
@@ -301,7 +344,8 @@ def dropout_plan(work: Workload) -> Sites | None:
         return None
     sites = _SITES.get(work.module)
     if sites is None:
-        sites = site_shapes(lambda xb: work.predict(work.init_params, xb), work.x_train[0])
+        state = {**work.init_params, **{k: v.clone() for k, v in work.buffers.items()}}
+        sites = site_shapes(lambda xb: work.predict(state, xb), work.x_train[0])
         _SITES[work.module] = sites
     return sites or None
 
@@ -318,8 +362,13 @@ def train_cohort(
     correction: Callable[[int], Tensors | None] = lambda i: None,
     direction: Tensors | None = None,
     vhat0: Tensors | None = None,
+    buffers: Tensors | None = None,
 ) -> CohortResult:
     """Run every task's local steps from ``params``; results come back in task order.
+
+    ``buffers``: the global model's buffers at the round's start (default the workload's initial
+    ones); each client trains from its own copy and ``CohortResult.buffers`` holds their final
+    values. A workload on the ``per_client`` path runs with chunk 1 whatever ``chunk`` says.
 
     Tasks are sorted by steps (longest first) and cut into balanced chunks of at most ``chunk``
     clients; each chunk is stepped together (``_run_chunk``). ``chunk = 1`` is the
@@ -333,6 +382,9 @@ def train_cohort(
     """
     alg = algorithm(spec)  # the chains, built once per spec
     n = len(tasks)
+    if work.engine_path == "per_client":
+        chunk = 1
+    bufs0 = (work.buffers if buffers is None else buffers) or None
     order = sorted(range(n), key=lambda j: (-tasks[j].steps, j))
     lrs = StepLrs(round_lr, spec.lr_decay)  # read per step: nothing stored per step
     if work.x_train.device.type == "cpu":
@@ -344,7 +396,7 @@ def train_cohort(
     for start in range(0, n, size):
         chunk_tasks = [tasks[j] for j in order[start : start + size]]
         pieces.append(
-            _run_chunk(work, alg, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites)
+            _run_chunk(work, alg, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites, bufs0)
         )
     steps = [t.steps for t in tasks]
     if n == 0:
@@ -352,13 +404,14 @@ def train_cohort(
     # rows come out in sorted order; one gather puts them back in task order
     back = torch.as_tensor(np.argsort(np.asarray(order)), device=work.x_train.device)
     deltas = {k: _cat([p[0][k] for p in pieces])[back] for k in params}
-    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in params} if spec.solver == "amsgrad" else None
+    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in params} if spec.keeps_vhat else None
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
         a_norm=alg.a_norm(steps, lrs.ratios(), lr=round_lr),
         steps=torch.tensor(steps, dtype=torch.float64),
         vhat=vhat,
+        buffers={k: _cat([p[2][k] for p in pieces])[back] for k in bufs0} if bufs0 else None,
     )
 
 
@@ -370,8 +423,10 @@ def _stack(t: Tensors, c: int) -> Tensors:
     return {k: v.unsqueeze(0).expand((c,) + v.shape).clone() for k, v in t.items()}
 
 
-def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites):
-    """Steps of one chunk (tasks sorted by steps, longest first): (deltas, v_hat)."""
+def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites,
+               buffers=None):
+    """Steps of one chunk (tasks sorted by steps, longest first): (deltas, v_hat, final buffers
+    stacked or None). With ``buffers`` the chunk is one client, stepping its own copy of them."""
     spec = alg.spec
     c = len(tasks)
     dev = work.x_train.device
@@ -387,6 +442,9 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
         corr = {k: torch.stack([cl[k] for cl in corr_list]) for k in params}
     tmax = steps[0] if c else 0
     bs = spec.batch_size
+    if buffers and c != 1:
+        raise ValueError("_run_chunk: a model with buffers is stepped one client at a time")
+    bufs = {k: v.clone() for k, v in buffers.items()} if buffers else None
     # minibatches and augmentation draws are handled a block of `span` steps at a time, one
     # gather per block: memory stays bounded whatever tau_i is
     per_step = c * bs * work.x_train[0].numel() * work.x_train.element_size()
@@ -397,7 +455,9 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     gens = []
     if sites:  # dropout: each client's noise from its own stream, blocks of `blk` steps (chunking-invariant)
         size = noise_size(sites, bs)
-        blk = max(1, NOISE_BLOCK_BYTES // (size * work.x_train.element_size()))
+        # the parameters' dtype (= the inputs' for fedsim's own float data; token ids are int64)
+        noise_dtype = next(iter(params.values())).dtype
+        blk = max(1, NOISE_BLOCK_BYTES // (size * torch.empty(0, dtype=noise_dtype).element_size()))
         for t in tasks:
             g = torch.Generator(device=dev)
             g.manual_seed(seed_int(seed, "dropout", t.client, t.key))
@@ -434,11 +494,11 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
             xb = augment_batch(xb, aug[0][:a, j], aug[1][:a, j], aug[2][:a, j], fill=work.pad_fill)
         if gens:
             if k % blk == 0:  # every live client draws its next block (full blocks: same stream for any tau_i)
-                noise_all = torch.empty((a, blk, size), dtype=work.x_train.dtype, device=dev)
+                noise_all = torch.empty((a, blk, size), dtype=noise_dtype, device=dev)
                 for row in range(a):
                     torch.rand((blk, size), generator=gens[row], dtype=noise_all.dtype, device=dev, out=noise_all[row])
             noise = noise_all[:a, k % blk]
-        grads, _ = grad_fn(x, xb, yb, noise)
+        grads, _ = grad_fn(x, xb, yb, noise, bufs) if bufs is not None else grad_fn(x, xb, yb, noise)
         x, st = alg.client_step(x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
     done_x.append(x)
     done_st.append(st)
@@ -446,5 +506,5 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     done_st.reverse()
     final = {k: _cat([d[k] for d in done_x]) for k in params}
     deltas = {k: final[k] - params[k].unsqueeze(0) for k in params}
-    vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if spec.solver == "amsgrad" else None
-    return deltas, vhat
+    vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if spec.keeps_vhat else None
+    return deltas, vhat, None if bufs is None else {k: v.unsqueeze(0) for k, v in bufs.items()}

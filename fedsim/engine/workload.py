@@ -11,12 +11,20 @@ round's cohort, generating the clients it lacks (``fetch``), so a round costs it
 not the population.
 
 Quadratic (FedNova Lemma 1): F_i(x) = 1/2 ||x - e_i||^2 with exact gradients; each client holds
-its one "sample" e_i, so every local step is a full-gradient step.
+its one "sample" e_i, so every local step is a full-gradient step. It is a workload like the others:
+its closed forms are values of the workload (``batched_grad``, ``extra_metrics``), not a flag the
+engine tests.
+
+A user's own pieces (``build_workload(..., model=, data=, loss=)``): any ``nn.Module`` (factory or
+instance), any loss ``loss(outputs, targets) -> scalar mean``, and a
+:class:`~fedsim.data.FederatedData` whose clients are fetched on demand
+(:mod:`fedsim.engine.from_data`). The engine path (``batched`` or ``per_client``) is decided once
+on one batch before the run (:mod:`fedsim.engine.probe`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable, Mapping, Sequence
 
@@ -52,10 +60,9 @@ class Workload:
     predict: Callable[[Tensors, torch.Tensor], torch.Tensor] | None
     module: torch.nn.Module | None = None
     optimum: torch.Tensor | None = None  # quadratic: sum_i p_i e_i
-    num_classes: int = 0
+    num_classes: int = 0  # 0: targets are not classes (no accuracy)
     class_counts: np.ndarray | None = None  # (clients, classes) for partition.csv; zero rows: not held
     augment: bool = False
-    is_quadratic: bool = False
     # Optional closed-form batched gradient: (stacked params, xb (C,B,..), yb) -> (grads, loss (C,)).
     batched_grad: Callable | None = None
     # Augmentation padding per channel: a black raw pixel after normalization (-mean / std), as
@@ -67,6 +74,25 @@ class Workload:
     fetch: Callable[[Sequence[int]], tuple[np.ndarray, np.ndarray]] | None = None
     # clients of the evaluation sample (sorted), None: all clients
     eval_clients: np.ndarray | None = None
+    # the user's loss ``(outputs, targets) -> scalar mean``; None: cross-entropy over the last dim
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # the model's buffers (BatchNorm running statistics) at round 0; empty: a stateless model
+    buffers: Tensors = field(default_factory=dict)
+    # "batched": clients stacked (vmap / stacked kernels); "per_client": one client at a time
+    engine_path: str = "batched"
+    # closed-form metrics added to every evaluation (quadratic: train_loss, dist_to_opt)
+    extra_metrics: Callable[[Tensors], dict] | None = None
+
+    @property
+    def is_quadratic(self) -> bool:
+        """Whether the workload has a known optimum (the quadratic problem): its tables add
+        ``dist_to_opt`` and its ``model.pt`` is the point x."""
+        return self.optimum is not None
+
+    @property
+    def classes(self) -> bool:
+        """Whether targets are class labels (accuracy is reported)."""
+        return self.num_classes > 0
 
     @property
     def num_clients(self) -> int:
@@ -130,7 +156,7 @@ class Workload:
         if missing:
             x, y = self.fetch(missing)
             xs.append(torch.as_tensor(x).to(device=self.x_train.device, dtype=self.x_train.dtype))
-            ys.append(torch.as_tensor(y, dtype=torch.long, device=self.x_train.device))
+            ys.append(torch.as_tensor(y).to(device=self.x_train.device, dtype=self.y_train.dtype))
             for c in missing:
                 n = int(self.client_sizes[c])
                 idx[c] = np.arange(start, start + n, dtype=np.int64)
@@ -141,10 +167,11 @@ class Workload:
 
 
 def eval_info(work: Workload) -> dict[str, int]:
-    """``info.yaml`` entries: ``eval_clients`` (clients in the training objective) and
-    ``train_samples`` (the population's training samples, held or not)."""
+    """``info.yaml`` entries: ``eval_clients`` (clients in the training objective),
+    ``train_samples`` (the population's training samples, held or not) and ``engine_path``
+    (``batched``: clients stacked; ``per_client``: one client at a time, docs/algorithms.md)."""
     n = work.num_clients if work.eval_clients is None else len(work.eval_clients)
-    return {"eval_clients": int(n), "train_samples": int(work.client_sizes.sum())}
+    return {"eval_clients": int(n), "train_samples": int(work.client_sizes.sum()), "engine_path": work.engine_path}
 
 
 def eval_sample(num_clients: int, clients: int | None, seed: int) -> np.ndarray | None:
@@ -182,6 +209,18 @@ def _quadratic(sc, device, dtype) -> Workload:
         diff = params["x"].unsqueeze(1) - xb
         return {"x": diff.mean(1)}, 0.5 * (diff**2).sum(-1).mean(1)
 
+    optimum = torch.as_tensor(p @ centers, dtype=torch.float64)
+    w = torch.as_tensor(p, dtype=dtype, device=device)
+
+    @torch.no_grad()
+    def extra_metrics(params: Tensors) -> dict:
+        # the exact objective sum_i p_i F_i(x) (always reported) and ||x - x*||
+        per = 0.5 * ((params["x"].unsqueeze(0) - x) ** 2).sum(1)
+        return {
+            "train_loss": float((w * per).sum()),
+            "dist_to_opt": float(torch.linalg.vector_norm(params["x"].double().cpu() - optimum)),
+        }
+
     return Workload(
         name="quadratic",
         batched_grad=batched_grad,
@@ -194,8 +233,8 @@ def _quadratic(sc, device, dtype) -> Workload:
         init_params={"x": torch.zeros(centers.shape[1], dtype=dtype, device=device)},
         loss=loss,
         predict=None,
-        optimum=torch.as_tensor(p @ centers, dtype=torch.float64),
-        is_quadratic=True,
+        optimum=optimum,
+        extra_metrics=extra_metrics,
     )
 
 
@@ -233,7 +272,7 @@ def client_sizes(sc) -> np.ndarray:
     return np.asarray(dataset_for(sc).client_sizes, dtype=np.int64)
 
 
-def make_model(sc, input_shape: tuple[int, ...], num_classes: int, model=None) -> torch.nn.Module:
+def make_model(sc, input_shape: tuple[int, ...], num_classes: int | None, model=None) -> torch.nn.Module:
     """The run's freshly initialized model: ``model`` (a factory ``(input_shape, num_classes,
     **options)``, or a module, deep-copied) when given from Python, else the factory registered as
     ``model.name``; either gets ``model.options`` (an option the factory does not take: one line)."""
@@ -256,26 +295,70 @@ def make_model(sc, input_shape: tuple[int, ...], num_classes: int, model=None) -
     return module
 
 
+def model_functions(module: torch.nn.Module, loss_fn=None):
+    """``(predict, loss)`` over ``module`` for ``torch.func``: ``predict(state, xb) -> outputs``
+    (``state``: parameters, and buffers when the model has any) and the per-client objective
+    ``loss(state, xb, yb) -> scalar`` (``loss_fn`` or cross-entropy)."""
+
+    def predict(params: Tensors, xb: torch.Tensor) -> torch.Tensor:
+        return functional_call(module, params, (xb,))
+
+    def loss(params: Tensors, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        out = predict(params, xb)
+        if loss_fn is not None:
+            return loss_fn(out, yb)
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1))
+
+    return predict, loss
+
+
 def build_workload(sc, device: torch.device, dtype: torch.dtype, *, model=None, data=None, loss=None,
-                   source=None) -> Workload:
+                   source=None, check: bool = True) -> Workload:
     """Build data, partition and model for scenario ``sc`` on ``device``.
 
     Args:
-        model: The user's model: a factory ``(input_shape, num_classes, **options) -> nn.Module`` or
-            a module (deep-copied); None: ``sc.model`` by name.
-        data: The user's data or the scenario's already built (:func:`dataset_for`); None: built
-            from ``sc.data`` by name. ``source`` is the same argument under another name.
+        model: The user's model: a factory ``(input_shape, num_classes) -> nn.Module`` or a module
+            (deep-copied); None: ``sc.model`` by name.
+        data: The user's data, a :class:`~fedsim.data.FederatedData` (clients fetched on demand,
+            :mod:`fedsim.engine.from_data`), or an already built Dataset / SyntheticPopulation;
+            None: ``sc.data`` by name. ``source`` is the same argument under another name.
         loss: ``loss(outputs, targets) -> scalar mean``; None: cross-entropy.
+        check: Check the model and loss on one batch and decide the engine path
+            (:func:`fedsim.engine.probe.probe`; every model, fedsim's own included, so a registered
+            model that ``vmap`` refuses runs per client too).
     """
-    data, loss_fn = (source if data is None else data), loss
+    data = source if data is None else data
+    from ..data.federated import FederatedData
+
     if data is None and sc.data.name == "quadratic":
         return _quadratic(sc, device, dtype)
+    if data is None:
+        data = dataset_for(sc)  # a registered dataset may be a FederatedData too
+    if isinstance(data, FederatedData):
+        from .from_data import federated_workload
+
+        work = federated_workload(sc, data, device, dtype, model=model, loss=loss)
+    else:
+        work = _labelled_workload(sc, device, dtype, data, model, loss)
+    if not check:
+        return work
+    from .probe import probe
+
+    work = probe(work, sc.algorithm.batch_size)
+    if work.buffers and getattr(sc.round, "policy", None) == "async":
+        from ..errors import ScenarioError
+
+        raise ScenarioError("model: a model with buffers (BatchNorm statistics) is not supported with round.policy "
+                            f"async yet (buffers: {', '.join(sorted(work.buffers))})")
+    return work
+
+
+def _labelled_workload(sc, device, dtype, source, model, loss_fn) -> Workload:
     from ..data import class_counts
 
     from ..data import SyntheticPopulation
 
     d = sc.data
-    source = dataset_for(sc) if data is None else data
     all_sizes = np.asarray(source.client_sizes, dtype=np.int64)
     m = len(all_sizes)
     sample = eval_sample(m, sc.eval.clients, sc.data_seed)
@@ -299,16 +382,8 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype, *, model=None, 
     module = make_model(sc, tuple(ds.input_shape), ds.num_classes, model)
     module = module.to(device=device, dtype=dtype)
     params = {k: v.detach().clone() for k, v in module.named_parameters()}
-    buffers = {k: v for k, v in module.named_buffers()}
-    if buffers:
-        raise ValueError(f"model {sc.model_name} has buffers {sorted(buffers)}; fedsim needs stateless models")
-
-    def predict(params: Tensors, xb: torch.Tensor) -> torch.Tensor:
-        return functional_call(module, params, (xb,))
-
-    def loss(params: Tensors, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        out = predict(params, xb)
-        return F.cross_entropy(out, yb) if loss_fn is None else loss_fn(out, yb)
+    buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
+    predict, loss = model_functions(module, loss_fn)
 
     held = [np.asarray(ix, dtype=np.int64) for ix in ds.client_indices]
     counts = class_counts(ds.y_train, ds.client_indices, ds.num_classes)
@@ -336,4 +411,6 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype, *, model=None, 
         sizes=all_sizes if subset else None,
         fetch=(lambda clients: source.gather(clients)[:2]) if subset else None,
         eval_clients=sample,
+        loss_fn=loss_fn,
+        buffers=buffers,
     )

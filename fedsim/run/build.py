@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..algorithms.algorithm import algorithm
 from ..algorithms.server import server_init
 from ..clock import Clock, WorkCost
 from ..devices.cost import work_cost
@@ -51,6 +52,7 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
     work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
     spec = sc.algorithm_spec  # resolved once, when the scenario was validated
+    algorithm(spec).check(work.init_params)  # the pieces' state on one step: one line, exit 2
     chunk = (
         auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
         if sc.engine.clients_per_batch == "auto"

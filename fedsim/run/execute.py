@@ -96,6 +96,6 @@ def run(
         if main:
             tables.close()
             write_atomic(out / "info.yaml", info_text(sc, engine, built.cost).encode())  # with the final thread record
-            save_model(out / "model.pt", engine.params, engine.work.is_quadratic)
+            save_model(out / "model.pt", engine.model_state(), engine.work.is_quadratic)
     return RunSummary.of(last, data=engine.work.name)
 

@@ -1,0 +1,151 @@
+"""A user's :class:`~fedsim.data.FederatedData` as the engine's :class:`Workload`.
+
+Only the clients a run needs are ever built: at the start the evaluation sample (``eval.clients``;
+every client when the population is at most that large), then each round's cohort through
+``Workload.for_clients`` (``fetch``). A population of 10^5 clients therefore costs the evaluation
+sample plus the participants, never the whole population. Sizes n_i and weights p_i = n_i / n
+come from ``FederatedData.sizes`` without building any client.
+
+Test data: the shared ``test`` set when given, else the evaluation sample's per-client test parts
+(``client_test``), concatenated in client order.
+
+Dtypes: floating inputs are cast to the engine dtype, other inputs (int64 token ids) keep theirs;
+class targets (``num_classes`` set) are int64, floating targets the engine dtype, others as given.
+Images ``(C, H, W)`` with ``mean``/``std`` are normalized on the device as fedsim's own image data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import ScenarioError
+from .workload import Tensors, Workload, eval_sample
+
+__all__ = ["federated_workload", "fetcher"]
+
+
+def _tensor(a: Any, device: torch.device, dtype: torch.dtype, *, classes: bool = False) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(a) if not isinstance(a, torch.Tensor) else a)
+    if classes:
+        return t.to(device=device, dtype=torch.long)
+    return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
+
+
+def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = False):
+    """``clients -> (x, y)``: the listed clients' training rows (``test``: test parts), client after
+    client, as tensors on ``device``, normalized; each client's lengths checked against its size."""
+    get = data.client_test if test else data.client_data
+    what = "client_test" if test else "client_data"
+    mean = std = None
+    if data.mean is not None:
+        mean = torch.as_tensor(data.mean, dtype=dtype, device=device).view(1, -1, 1, 1)
+        std = torch.as_tensor(data.std, dtype=dtype, device=device).view(1, -1, 1, 1)
+    shape: list = []
+
+    def fetch(clients: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        xs, ys = [], []
+        for k in clients:
+            k = int(k)
+            try:
+                x, y = get(k)
+            except (TypeError, ValueError) as err:
+                raise ScenarioError(f"data: {what}({k}) must return (x, y): {err}") from None
+            if len(x) != len(y):
+                raise ScenarioError(f"data: {what}({k}) returned {len(x)} inputs and {len(y)} targets")
+            if not test and len(y) != int(data.sizes[k]):
+                raise ScenarioError(f"data: {what}({k}) returned {len(y)} examples; sizes[{k}] is {int(data.sizes[k])}")
+            xt = _tensor(x, device, dtype)
+            yt = _tensor(y, device, dtype, classes=data.num_classes is not None)
+            if not shape:
+                shape.extend([tuple(xt.shape[1:]), tuple(yt.shape[1:])])
+            elif (tuple(xt.shape[1:]), tuple(yt.shape[1:])) != tuple(shape):
+                raise ScenarioError(f"data: {what}({k}) returned examples of shape {tuple(xt.shape[1:])} and targets "
+                                    f"{tuple(yt.shape[1:])}; earlier clients had {shape[0]} and {shape[1]}")
+            if data.num_classes is not None and len(yt) and (int(yt.min()) < 0 or int(yt.max()) >= data.num_classes):
+                raise ScenarioError(f"data: {what}({k}) has labels outside 0..{data.num_classes - 1}")
+            xs.append(xt)
+            ys.append(yt)
+        x, y = torch.cat(xs), torch.cat(ys)
+        if mean is not None and x.is_floating_point():
+            x = (x - mean) / std
+        return x, y
+
+    return fetch
+
+
+def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, model=None, loss=None) -> Workload:
+    """The workload of ``data`` (a FederatedData) for scenario ``sc``: the evaluation sample held,
+    other clients fetched per round; the model from ``model`` (a factory or module) or
+    ``sc.model``; the loss ``loss`` (None: cross-entropy). Checked on one batch before the run
+    (:func:`fedsim.engine.probe.probe`)."""
+    from ..rng import seed_int
+    from .workload import make_model, model_functions
+
+    sizes = np.asarray(data.sizes, dtype=np.int64)
+    m = len(sizes)
+    sample = eval_sample(m, sc.eval.clients, sc.data_seed)
+    held_ids = list(range(m)) if sample is None else sample.tolist()
+    fetch = fetcher(data, device, dtype)
+    x_train, y_train = fetch(held_ids)
+    ends = np.cumsum(sizes[held_ids])
+    held = [np.arange(e - n, e, dtype=np.int64) for n, e in zip(sizes[held_ids], ends)]
+    if data.test is not None:
+        x_test, y_test = data.test
+        if len(x_test) != len(y_test):
+            raise ScenarioError(f"data: the test set has {len(x_test)} inputs and {len(y_test)} targets")
+        x_test = _tensor(x_test, device, dtype)
+        y_test = _tensor(y_test, device, dtype, classes=data.num_classes is not None)
+        if data.mean is not None and x_test.is_floating_point():
+            mean = torch.as_tensor(data.mean, dtype=dtype, device=device).view(1, -1, 1, 1)
+            std = torch.as_tensor(data.std, dtype=dtype, device=device).view(1, -1, 1, 1)
+            x_test = (x_test - mean) / std
+    else:
+        x_test, y_test = fetcher(data, device, dtype, test=True)(held_ids)
+    augment = data.augment if sc.data.augment is None else sc.data.augment
+    if augment and x_train.dim() != 4:
+        raise ScenarioError(f"data.augment: random crop and flip need images; {data.name} has inputs of shape "
+                            f"{tuple(x_train.shape[1:])}")
+    pad_fill = None
+    if augment and data.mean is not None:
+        pad_fill = (-torch.as_tensor(data.mean, dtype=dtype, device=device) / torch.as_tensor(data.std, dtype=dtype, device=device))
+    num_classes = int(data.num_classes or 0)
+    torch.manual_seed(seed_int(sc.seed, "init"))
+    module = make_model(sc, tuple(int(d) for d in x_train.shape[1:]), data.num_classes, model)
+    module = module.to(device=device, dtype=dtype)
+    params = {k: v.detach().clone() for k, v in module.named_parameters()}
+    buffers = {k: v.detach().clone() for k, v in module.named_buffers()}
+
+    predict, objective = model_functions(module, loss)
+
+    counts = None
+    if num_classes and y_train.dim() == 1:
+        counts = np.zeros((m, num_classes), dtype=np.int64)
+        ycpu = y_train.cpu().numpy()
+        for c, ix in zip(held_ids, held):
+            counts[c] = np.bincount(ycpu[ix], minlength=num_classes)
+    subset = sample is not None
+    return Workload(
+        name=data.name,
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+        client_indices=dict(zip(held_ids, held)) if subset else held,
+        weights=sizes / sizes.sum(),
+        init_params=params,
+        loss=objective,
+        predict=predict,
+        module=module,
+        num_classes=num_classes,
+        class_counts=counts,
+        augment=bool(augment),
+        pad_fill=pad_fill,
+        sizes=sizes if subset else None,
+        fetch=fetch if subset else None,
+        eval_clients=sample,
+        loss_fn=loss,
+        buffers=buffers,
+    )
