@@ -255,12 +255,10 @@ def test_bad_pieces_are_one_line_errors_naming_the_piece():
 
 # ---------------------------------------------------------------------------------- whole runs
 def _run(tmp_path, monkeypatch, name, **pieces):
-    import fedsim.run.build as B
     from fedsim.run import run
 
-    monkeypatch.setattr(B, "build_workload", partial(build_workload, **pieces))
     out = tmp_path / name
-    run(scenario(), out, progress=False)
+    run(scenario(), out, progress=False, **pieces)
     return out
 
 
