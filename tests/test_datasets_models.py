@@ -60,8 +60,8 @@ def test_leaf_cell_is_tensorflows_basic_lstm_cell():
 
 
 @pytest.mark.parametrize("make, x, y", [
-    (lambda: leaf_cnn((1, 28, 28), 62, hidden=16), torch.randn(3, 2, 1, 28, 28), torch.randint(0, 62, (3, 2))),
-    (lambda: char_lstm((6,), 80, hidden=8), torch.randint(0, 80, (3, 2, 6)), torch.randint(0, 80, (3, 2))),
+    (lambda: leaf_cnn((1, 28, 28), 62, dense=16), torch.randn(3, 2, 1, 28, 28), torch.randint(0, 62, (3, 2))),
+    (lambda: char_lstm((6,), 80, units=8), torch.randint(0, 80, (3, 2, 6)), torch.randint(0, 80, (3, 2))),
 ])
 def test_models_batch_across_clients_with_vmap(make, x, y):
     torch.manual_seed(0)
@@ -77,6 +77,13 @@ def test_models_batch_across_clients_with_vmap(make, x, y):
         one = grad(loss)(params, x[c], y[c])
         for k in params:
             torch.testing.assert_close(batched[k][c], one[k], rtol=1e-4, atol=1e-6)
+
+
+def test_the_mlp_width_option_is_refused_not_applied():
+    with pytest.raises(TypeError):
+        leaf_cnn((1, 28, 28), 62, hidden=200)
+    with pytest.raises(TypeError):
+        char_lstm((80,), 80, hidden=200)
 
 
 def test_bad_input_shapes():

@@ -15,15 +15,22 @@ import numpy as np
 
 from fedsim.data.federated import FederatedData
 from fedsim.data.formats.errors import DataFormatError, labels_array
+from fedsim.data.formats.fedscale_csv import load_fedscale
 from fedsim.data.formats.leaf import VALIDATE_BYTES, load_leaf
 
-__all__ = ["FEMNIST_CLASSES", "FEMNIST_SHAPE", "FEMNIST_SOURCE", "femnist", "load_femnist"]
+__all__ = ["FEMNIST_CLASSES", "FEMNIST_SHAPE", "FEMNIST_SOURCE", "FEDSCALE_SOURCE", "femnist", "femnist_fedscale",
+           "load_femnist"]
 
 FEMNIST_CLASSES = 62
 FEMNIST_SHAPE = (1, 28, 28)
 FEMNIST_SOURCE = (
     "get FEMNIST from LEAF (github.com/TalwalkarLab/leaf: data/femnist/preprocess.sh, e.g. "
     "-s niid --sf 1.0 -k 0 -t sample) and set data.root to the folder holding its train/ and test/"
+)
+
+FEDSCALE_SOURCE = (
+    "get FedScale's FEMNIST (github.com/SymbioticLab/FedScale: benchmark/dataset/download.sh download femnist) "
+    "and set data.root to the folder holding client_data_mapping/"
 )
 
 
@@ -52,3 +59,11 @@ def femnist(config: Any, seed: int) -> FederatedData:
     ``seed`` is unused."""
     del seed
     return load_femnist(getattr(config, "root", "data"))
+
+
+def femnist_fedscale(config: Any, seed: int) -> FederatedData:
+    """Dataset factory (``data: {name: femnist_fedscale, root: DIR}``): FedScale's FEMNIST, its
+    ``client_data_mapping/{train,test}.csv`` and image files (FedScale's 2,800 clients)."""
+    del seed
+    return load_fedscale(getattr(config, "root", "data"), num_classes=FEMNIST_CLASSES, name="femnist_fedscale",
+                         source=FEDSCALE_SOURCE)

@@ -22,8 +22,12 @@ from torch import nn
 __all__ = ["CharLSTM", "LeafLSTMCell", "char_lstm", "leaf_cnn"]
 
 
-def leaf_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 2048) -> nn.Module:
-    """LEAF's FEMNIST CNN (``models/femnist/cnn.py``) for ``(C, H, W)`` input."""
+def leaf_cnn(input_shape: tuple[int, ...], num_classes: int, *, dense: int = 2048) -> nn.Module:
+    """LEAF's FEMNIST CNN (``models/femnist/cnn.py``) for ``(C, H, W)`` input; ``dense``: LEAF's 2048.
+
+    (Named ``dense``, not ``hidden``, so that the ``model.hidden`` default of the MLP cannot
+    resize it silently.)
+    """
     if len(input_shape) != 3:
         raise ValueError(f"leaf_cnn: needs (C, H, W) images, got input shape {tuple(input_shape)}")
     c, h, w = (int(d) for d in input_shape)
@@ -37,9 +41,9 @@ def leaf_cnn(input_shape: tuple[int, ...], num_classes: int, *, hidden: int = 20
         nn.ReLU(),
         nn.MaxPool2d(2),
         nn.Flatten(),
-        nn.Linear(64 * (h // 4) * (w // 4), hidden),
+        nn.Linear(64 * (h // 4) * (w // 4), dense),
         nn.ReLU(),
-        nn.Linear(hidden, num_classes),
+        nn.Linear(dense, num_classes),
     )
 
 
@@ -93,16 +97,17 @@ class CharLSTM(nn.Module):
 
 
 def char_lstm(input_shape: tuple[int, ...], num_classes: int, *, vocab: int | None = None, embed: int = 8,
-              hidden: int = 256, layers: int = 2, cell: str = "leaf") -> nn.Module:
+              units: int = 256, layers: int = 2, cell: str = "leaf") -> nn.Module:
     """LEAF's Shakespeare model (``models/shakespeare/stacked_lstm.py``) for ``(length,)`` token input.
 
     Args:
         input_shape: ``(length,)``, the sequence length (80 for Shakespeare).
         num_classes: Output classes (the next character); also the vocabulary unless ``vocab`` is given.
         vocab: Embedding rows (LEAF: the same 80 characters as the classes).
-        embed, hidden, layers: LEAF: 8, 256, 2.
+        embed, units, layers: LEAF: 8, 256, 2 (``units``, not ``hidden``: the MLP's ``model.hidden``
+            default cannot resize it silently).
         cell: ``"leaf"`` (TensorFlow BasicLSTMCell, vmap-able) or ``"torch"`` (``nn.LSTM``).
     """
     if len(input_shape) != 1:
         raise ValueError(f"char_lstm: needs token sequences (length,), got input shape {tuple(input_shape)}")
-    return CharLSTM(vocab or num_classes, num_classes, embed=embed, hidden=hidden, layers=layers, cell=cell)
+    return CharLSTM(vocab or num_classes, num_classes, embed=embed, hidden=units, layers=layers, cell=cell)
