@@ -161,3 +161,17 @@ def test_generic_loader_passes_options_through(tmp_path):
     fd = load_leaf(tmp_path, lambda x, y, w, who: (np.asarray(x), np.asarray(y)), name="mine", num_classes=None,
                    source="make it", mean=(0.5,), std=(0.25,))
     assert fd.name == "mine" and fd.mean == (0.5,) and fd.num_classes is None
+
+
+@pytest.mark.parametrize("dump", [dict(indent=2), dict(separators=(",", ":")), dict(indent="\t", sort_keys=True)])
+def test_any_json_formatting_of_the_same_document(tmp_path, dump):
+    rng = np.random.default_rng(3)
+    users = {"w1": femnist_user(rng, 2), "w0": femnist_user(rng, 1)}
+    doc = {"user_data": {u: {"y": y, "x": x} for u, (x, y) in users.items()}, "hierarchies": [],
+           "num_samples": [2, 1], "users": ["w1", "w0"]}
+    for split in ("train", "test"):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "a.json").write_text(json.dumps(doc, **dump))
+    fd = load_femnist(tmp_path)
+    assert fd.client_ids == ("w0", "w1") and fd.sizes.tolist() == [1, 2]
+    assert fd.client_test(1)[1].tolist() == users["w1"][1]
