@@ -1,0 +1,101 @@
+"""FedScale's client_data_mapping CSV with image files, written by the test in FedScale's layout
+(ROOT/client_data_mapping/{train,test}.csv: client_id,sample_path,label_name,label_id); bad input."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from fedsim.data.errors import DataNotFound
+from fedsim.data.formats.errors import DataFormatError
+from fedsim.data.formats.fedscale_csv import load_fedscale
+
+
+def _one_line(err, path):
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{path}: "), msg
+    return msg
+
+
+def _png(pixels, mode="L") -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels.astype(np.uint8), mode=mode).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _fedscale(root, rows_train, rows_test, images):
+    (root / "client_data_mapping").mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train", rows_train), ("test", rows_test)):
+        lines = ["client_id,sample_path,label_name,label_id"] + [",".join(map(str, r)) for r in rows]
+        (root / "client_data_mapping" / f"{name}.csv").write_text("\n".join(lines) + "\n")
+    for rel, data in images.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+
+
+def test_fedscale_mapping_clients_images_and_test_parts(tmp_path):
+    rng = np.random.default_rng(0)
+    px = {f"train/img{i}.png": rng.integers(0, 256, (28, 28)) for i in range(4)}
+    px["test/t0.png"] = rng.integers(0, 256, (28, 28))
+    px["test/t1.png"] = rng.integers(0, 256, (28, 28))
+    train = [(7, "train/img0.png", "a", 3), (2, "train/img1.png", "b", 1), (7, "train/img2.png", "c", 0),
+             (7, "train/img3.png", "d", 3)]
+    test = [(2, "test/t0.png", "b", 1), (7, "test/t1.png", "a", 3)]
+    _fedscale(tmp_path, train, test, {k: _png(v) for k, v in px.items()})
+    fd = load_fedscale(tmp_path, num_classes=62, name="femnist_fedscale")
+    assert fd.client_ids == ("2", "7") and fd.sizes.tolist() == [1, 3]
+    x, y = fd.client_data(1)
+    assert x.shape == (3, 1, 28, 28) and y.tolist() == [3, 0, 3]
+    np.testing.assert_allclose(x[1, 0] * 255, px["train/img2.png"], atol=1e-4)
+    xt, yt = fd.client_test(0)
+    np.testing.assert_allclose(xt[0, 0] * 255, px["test/t0.png"], atol=1e-4)
+    assert load_fedscale(tmp_path).num_classes == 4  # default: largest label_id + 1
+
+
+def test_fedscale_rgb_and_pooled_test(tmp_path):
+    rgb = np.random.default_rng(1).integers(0, 256, (4, 5, 3))
+    _fedscale(tmp_path, [("a", "x.png", "n", 1)], [("z", "x.png", "n", 0)], {"x.png": _png(rgb, "RGB")})
+    fd = load_fedscale(tmp_path)
+    assert fd.client_data(0)[0].shape == (1, 3, 4, 5) and fd.test[1].tolist() == [0]
+
+
+def test_fedscale_bad_input(tmp_path):
+    img = {"i.png": _png(np.zeros((2, 2)))}
+    csv = tmp_path / "client_data_mapping" / "train.csv"
+    cases = [
+        ([("a", "../secret.png", "n", 0)], "line 2: sample_path '../secret.png' leads outside"),
+        ([("a", "/etc/passwd", "n", 0)], "sample_path '/etc/passwd' leads outside"),
+        ([("a", "sub/../../x.png", "n", 0)], "leads outside"),
+        ([("a", "i.png", "n", "zero")], "line 2: label_id 'zero' is not an integer"),
+        ([("a", "i.png", "n", -1)], "label_id -1 out of range [0, 5)"),
+        ([("a", "i.png", "n")], "line 2: 3 fields, the header has 4"),
+        ([], "no rows"),
+    ]
+    for rows, problem in cases:
+        _fedscale(tmp_path, rows, [("a", "i.png", "n", 0)], img)
+        with pytest.raises(DataFormatError) as err:
+            load_fedscale(tmp_path, num_classes=5)
+        assert problem in _one_line(err, csv)
+    csv.write_text("client,path,label\na,i.png,0\n")
+    with pytest.raises(DataFormatError, match="line 1: no column 'client_id'"):
+        load_fedscale(tmp_path)
+    # an image that does not decode, and a link pointing outside the folder: found when the client is read
+    _fedscale(tmp_path, [("a", "bad.png", "n", 0), ("b", "link.png", "n", 0)], [("a", "i.png", "n", 0)],
+              {"bad.png": b"\x89PNG not really", **img})
+    (tmp_path / "link.png").symlink_to(tmp_path.parent)
+    fd = load_fedscale(tmp_path, num_classes=5)
+    with pytest.raises(DataFormatError) as err:
+        fd.client_data(0)
+    assert "client 'a': image does not decode" in _one_line(err, tmp_path / "bad.png")
+    with pytest.raises(DataFormatError) as err:
+        fd.client_data(1)
+    assert "client 'b': sample_path 'link.png' leads outside" in _one_line(err, csv)
+
+
+def test_fedscale_missing(tmp_path):
+    with pytest.raises(DataNotFound) as err:
+        load_fedscale(tmp_path, name="openimage")
+    assert str(err.value).startswith(f"openimage: no client_data_mapping/train.csv in {tmp_path}; FedScale")

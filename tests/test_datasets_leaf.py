@@ -1,0 +1,177 @@
+"""LEAF's JSON layout: the per-user index, FEMNIST and Shakespeare decoding, missing and bad files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fedsim.data.errors import DataNotFound
+from fedsim.data.femnist import FEMNIST_CLASSES, load_femnist
+from fedsim.data.formats.errors import DataFormatError
+from fedsim.data.formats.leaf import LeafIndex, load_leaf, scan_leaf_file
+from fedsim.data.shakespeare import LETTERS, load_shakespeare
+from fedsim.errors import ScenarioError
+
+from _leaf_files import femnist_user, shakespeare_user, write_leaf_file, write_leaf_folder
+
+SIZES = {"f0003_12": (5, 2), "f0001_40": (3, 1), "f0002_07": (4, 2)}
+
+
+def test_femnist_clients_are_the_writers_with_their_own_test_parts(tmp_path):
+    data = write_leaf_folder(tmp_path, femnist_user, SIZES)
+    fd = load_femnist(tmp_path)
+    assert fd.name == "femnist" and fd.num_classes == FEMNIST_CLASSES == 62
+    assert fd.client_ids == ("f0001_40", "f0002_07", "f0003_12")  # sorted ids
+    assert fd.sizes.tolist() == [3, 4, 5]
+    assert fd.test is None
+    for k, u in enumerate(fd.client_ids):
+        (xtr, ytr), (xte, yte) = data[u]
+        x, y = fd.client_data(k)
+        assert x.dtype == np.float32 and x.shape == (len(ytr), 1, 28, 28)
+        np.testing.assert_array_equal(x.reshape(len(ytr), 784), np.asarray(xtr, dtype=np.float32))
+        assert y.dtype == np.int64 and y.tolist() == ytr
+        xt, yt = fd.client_test(k)
+        np.testing.assert_array_equal(xt.reshape(len(yte), 784), np.asarray(xte, dtype=np.float32))
+        assert yt.tolist() == yte
+
+
+def test_shakespeare_inputs_are_vocabulary_indices_and_targets_the_next_character(tmp_path):
+    data = write_leaf_folder(tmp_path, shakespeare_user, {"ROMEO": (3, 1), "JULIET": (2, 2)})
+    fd = load_shakespeare(tmp_path)
+    assert fd.num_classes == 80 and len(LETTERS) == 80 and fd.client_ids == ("JULIET", "ROMEO")
+    x, y = fd.client_data(1)
+    (xs, ys), _ = data["ROMEO"]
+    assert x.dtype == np.int64 and x.shape == (3, 80)
+    assert ["".join(LETTERS[i] for i in row) for row in x] == xs
+    assert [LETTERS[i] for i in y] == ys
+    assert LETTERS.index("\n") == 0 and LETTERS.index("}") == 79 and LETTERS.index("a") == 11 + 10 + 4 + 26 + 2
+
+
+def test_index_spans_are_byte_offsets_even_with_utf8_in_the_file(tmp_path):
+    rng = np.random.default_rng(1)
+    users = {"é-writer": femnist_user(rng, 2), "plain": femnist_user(rng, 3)}
+    path = tmp_path / "a.json"
+    write_leaf_file(path, users, ensure_ascii=False, hierarchies=["ü ∑ [{\"]"])
+    names, counts, spans = scan_leaf_file(path)
+    raw = path.read_bytes()
+    assert names == list(users) and counts == [2, 3]
+    for u, (x, y) in users.items():
+        start, end = spans[u]
+        assert json.loads(raw[start:end]) == {"x": x, "y": y}
+
+
+def test_leaf_tree_under_data_and_user_split_pool_the_test_users(tmp_path):
+    rng = np.random.default_rng(2)
+    write_leaf_file(tmp_path / "data" / "train" / "t.json", {"a": femnist_user(rng, 2), "b": femnist_user(rng, 3)})
+    held = {"c": femnist_user(rng, 2), "d": femnist_user(rng, 1)}
+    write_leaf_file(tmp_path / "data" / "test" / "t.json", held)
+    fd = load_femnist(tmp_path)
+    assert fd.client_test is None and fd.test[0].shape == (3, 1, 28, 28)
+    assert fd.test[1].tolist() == held["c"][1] + held["d"][1]
+
+
+def test_clients_are_read_on_demand(tmp_path, monkeypatch):
+    write_leaf_folder(tmp_path, femnist_user, SIZES)
+    calls = []
+    orig = LeafIndex.read
+    monkeypatch.setattr(LeafIndex, "read", lambda self, i: calls.append(self.users[i]) or orig(self, i))
+    fd = load_femnist(tmp_path, validate_bytes=0)  # index only: no user parsed
+    assert calls == []
+    fd.client_data(2)
+    fd.client_test(0)
+    assert calls == ["f0003_12", "f0001_40"]
+
+
+def test_missing_folder_names_dataset_source_and_folder(tmp_path):
+    with pytest.raises(DataNotFound) as err:
+        load_femnist(tmp_path / "nowhere")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("femnist: ")
+    assert "github.com/TalwalkarLab/leaf" in msg and str(tmp_path / "nowhere") in msg
+    (tmp_path / "train").mkdir()
+    with pytest.raises(DataNotFound, match="shakespeare: .*TalwalkarLab/leaf"):
+        load_shakespeare(tmp_path)
+
+
+def _bad(tmp_path, text: str, name: str = "bad.json"):
+    write_leaf_folder(tmp_path, femnist_user, {"ok": (1, 1)})
+    path = tmp_path / "train" / name
+    path.write_text(text)
+    with pytest.raises(DataFormatError) as err:
+        load_femnist(tmp_path)
+    assert isinstance(err.value, ScenarioError)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{path}: "), msg
+    return msg
+
+
+def _doc(users, counts=None, **user_data):
+    return json.dumps({"users": users, "num_samples": counts if counts is not None else [1] * len(users),
+                       "user_data": user_data})
+
+
+PIX = [0.5] * 784
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"users": ["u"], "num_samples": [1], "user_data": {"u": {"x": [[0.1', "malformed JSON"),
+        ("[1, 2]", "expected '{'"),
+        ('{"users": ["u"], "num_samples": [1]}', "no 'user_data'"),
+        (_doc(["u"], [0], u={"x": [], "y": []}), "user 'u': no samples"),
+        (_doc(["u"], [2], u={"x": [PIX, PIX], "y": [1]}), "user 'u': x has 2 examples, y 1"),
+        (_doc(["u"], [1], u={"x": [PIX], "y": [62]}), "user 'u': label 62 out of range [0, 62)"),
+        (_doc(["u"], [1], u={"x": [PIX], "y": [-1]}), "label -1 out of range"),
+        (_doc(["u"], [1], u={"x": [[0.5] * 10], "y": [1]}), "784 numbers"),
+        (_doc(["u"], [2], u={"x": [PIX], "y": [1]}), "1 examples, the file declares 2"),
+        (_doc(["u", "v"], [1], u={"x": [PIX], "y": [1]}), "2 users but 1 num_samples"),
+        (_doc(["u", "v"], [1, 1], u={"x": [PIX], "y": [1]}), "user 'v' is listed but has no user_data"),
+        (_doc(["ok"], [1], ok={"x": [PIX], "y": [1]}), "user 'ok' also appears in"),
+        (_doc(["u"], [1], u=[1, 2]), 'expected {"x"'),
+    ],
+)
+def test_bad_leaf_files_are_one_line_naming_file_and_problem(tmp_path, text, problem):
+    assert problem in _bad(tmp_path, text)
+
+
+def test_shakespeare_character_outside_the_vocabulary(tmp_path):
+    x = "a" * 79 + "~"
+    write_leaf_file(tmp_path / "train" / "s.json", {"R": ([x], ["a"])})
+    write_leaf_file(tmp_path / "test" / "s.json", {"R": (["a" * 80], ["b"])})
+    with pytest.raises(DataFormatError, match=r"s\.json: user 'R': character '~' is not in LEAF's 80-character"):
+        load_shakespeare(tmp_path)
+    write_leaf_file(tmp_path / "train" / "s.json", {"R": (["a" * 79], ["a"])})
+    with pytest.raises(DataFormatError, match="strings of 80 characters"):
+        load_shakespeare(tmp_path)
+
+
+def test_big_folders_check_a_user_when_it_is_read(tmp_path):
+    write_leaf_folder(tmp_path, femnist_user, {"a": (1, 1)})
+    write_leaf_file(tmp_path / "train" / "z.json", {"b": ([PIX], [99])})
+    fd = load_femnist(tmp_path, validate_bytes=0)  # opens: structure is fine
+    with pytest.raises(DataFormatError, match=r"z\.json: user 'b': label 99 out of range"):
+        fd.client_data(1)
+
+
+def test_generic_loader_passes_options_through(tmp_path):
+    write_leaf_folder(tmp_path, femnist_user, {"a": (2, 1)})
+    fd = load_leaf(tmp_path, lambda x, y, w, who: (np.asarray(x), np.asarray(y)), name="mine", num_classes=None,
+                   source="make it", mean=(0.5,), std=(0.25,))
+    assert fd.name == "mine" and fd.mean == (0.5,) and fd.num_classes is None
+
+
+@pytest.mark.parametrize("dump", [dict(indent=2), dict(separators=(",", ":")), dict(indent="\t", sort_keys=True)])
+def test_any_json_formatting_of_the_same_document(tmp_path, dump):
+    rng = np.random.default_rng(3)
+    users = {"w1": femnist_user(rng, 2), "w0": femnist_user(rng, 1)}
+    doc = {"user_data": {u: {"y": y, "x": x} for u, (x, y) in users.items()}, "hierarchies": [],
+           "num_samples": [2, 1], "users": ["w1", "w0"]}
+    for split in ("train", "test"):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "a.json").write_text(json.dumps(doc, **dump))
+    fd = load_femnist(tmp_path)
+    assert fd.client_ids == ("w0", "w1") and fd.sizes.tolist() == [1, 2]
+    assert fd.client_test(1)[1].tolist() == users["w1"][1]
