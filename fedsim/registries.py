@@ -51,6 +51,8 @@ def _register_builtins() -> None:
     # models (fedsim/models): factory(input_shape, num_classes, **options)
     for name in ("logreg", "mlp", "cnn", "vgg11", "resnet18_gn"):
         MODELS.register(name, f"fedsim.models:{name}")
+    MODELS.register("leaf_cnn", "fedsim.models.leaf:leaf_cnn")  # LEAF's FEMNIST CNN (docs/datasets.md)
+    MODELS.register("char_lstm", "fedsim.models.leaf:char_lstm")  # LEAF's Shakespeare stacked LSTM
     MODELS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(model=...): the model object
     # datasets (fedsim/data): factory(config, seed)
     DATASETS.register("quadratic", "fedsim.data.builtin:quadratic")
@@ -58,6 +60,10 @@ def _register_builtins() -> None:
     DATASETS.register("digits", "fedsim.data.builtin:digits")
     for name in ("mnist", "fashion_mnist", "cifar10", "cifar100", "tinyimagenet"):
         DATASETS.register(name, f"fedsim.data.builtin:{name}")
+    # natural partitions read from their published files (docs/datasets.md)
+    DATASETS.register("femnist", "fedsim.data.femnist:femnist")
+    DATASETS.register("shakespeare", "fedsim.data.shakespeare:shakespeare")
+    DATASETS.register("femnist_fedscale", "fedsim.data.femnist:femnist_fedscale")
     DATASETS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(data=...): the data object
     # algorithms and their parts (fedsim/algorithms): registered by the algorithms package
     from .algorithms.builtin import register_builtins

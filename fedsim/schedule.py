@@ -66,8 +66,10 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
     rows as Parquet parts (:func:`_write_parquet`). ``data``, ``model``: Python objects replacing
     the scenario's named pieces (:func:`fedsim.schedule`).
     """
+    from .run.build import adopt_clients
+
     out = Path(out)
-    ds = data
+    sc, ds = adopt_clients(sc, data)
     if ds is None and sc.data.name != "quadratic":  # built once: sizes and the model's cost both need it
         from .engine.workload import dataset_for
 

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 from pathlib import Path
 
 import numpy as np

@@ -86,7 +86,7 @@ def test_scenario_runs_on_generated_leaf_files(tmp_path, name):
 
     make = femnist_user if name.startswith("femnist") else shakespeare_user
     write_leaf_folder(tmp_path / "data", make, {"a": (4, 2), "b": (3, 1), "c": (5, 1)})
-    sets = [f"data.root={tmp_path / 'data'}", "rounds=1", "round.clients_per_round=2", "round.local_epochs=null",
+    sets = [f"data.root={tmp_path / 'data'}", "variants=null", "rounds=1", "round.clients_per_round=2", "round.local_epochs=null",
             "round.local_steps=1", "engine.threads=1", "eval.train_loss=false"]
     args = ["run", str(SCEN / name), "--out", str(tmp_path / "run"), "--quiet"]
     for s in sets:

@@ -34,7 +34,7 @@ def test_every_builtin_model_resolves_to_a_factory_of_the_contract(name):
 
 @pytest.mark.parametrize("path,value,message", [
     ("data.name", "emnist", "data.name: unknown dataset 'emnist'; known: cifar10, cifar100, digits, "),
-    ("model.name", "my_cnn", "model.name: unknown model 'my_cnn'; known: cnn, "),
+    ("model.name", "my_cnn", "model.name: unknown model 'my_cnn'; known: char_lstm, cnn, "),
     ("algorithm.name", "feddyn", "algorithm.name: unknown algorithm 'feddyn'; known: fedadagrad, "),
     ("algorithm.solver", "lion", "algorithm.solver: unknown local solver 'lion'; known: adam, amsgrad, sgd"),
     ("algorithm.correction", "dyn", "algorithm.correction: unknown correction 'dyn'; known: "),

@@ -19,7 +19,7 @@ from ..scenario import Scenario
 from ..validate import check_device_available
 from .clock import build_clock
 
-__all__ = ["Built", "build_run"]
+__all__ = ["Built", "build_run", "adopt_clients"]
 
 
 @dataclass(frozen=True)
@@ -69,3 +69,26 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
         cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, spec.uses_control_variates,
                          count_flops=sc.system.compute is not None)
     return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost), cost)
+
+
+def adopt_clients(sc: Scenario, data=None):
+    """``(sc, data)`` with the number of clients the data decide.
+
+    When ``data.clients`` is unset for a dataset without a default count (natural partitions: one
+    writer or role per client, :attr:`~fedsim.scenario.data.DataConfig.clients_from_data`), the
+    data are built here (``data`` when given from Python) and the scenario is validated again with
+    ``data.clients`` set to their count, so ``round.clients_per_round`` and the per-client lists are
+    checked against it and scenario.yaml records it. Any failure is a one-line ScenarioError, before
+    the run folder is touched.
+    """
+    if not sc.data.clients_from_data:
+        return sc, data
+    from ..data.federated import FederatedData
+    from ..engine.workload import dataset_for
+    from ..scenario import parse_scenario
+
+    built = dataset_for(sc) if data is None else data
+    sizes = built.sizes if isinstance(built, FederatedData) else built.client_sizes
+    raw = sc.model_dump(mode="json")
+    raw["data"]["clients"] = int(len(sizes))
+    return parse_scenario(raw), built

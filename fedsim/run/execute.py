@@ -17,7 +17,7 @@ from ..engine.threads import hold_cores
 from ..records import RunSummary
 from ..scenario import Scenario
 from ..progress import progress_bar
-from .build import build_run
+from .build import adopt_clients, build_run
 from .files import write_atomic
 from .folder import (
     Tables, check_folder, check_unlocked, default_out, info_text, locked, open_for_resume, prepare_folder,
@@ -46,6 +46,7 @@ def run(
     ``model``, ``data``, ``loss``: Python objects replacing the scenario's named pieces
     (:func:`fedsim.run.build.build_run`; the public form is :func:`fedsim.run`).
     """
+    sc, data = adopt_clients(sc, data)  # natural partitions: the data decide data.clients
     out = Path(out) if out is not None else default_out(sc)
     main = distributed.is_main()  # under torchrun only rank 0 touches the run folder
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import functools
 
 from .base import _FieldError
@@ -21,16 +23,18 @@ def algorithm_spec(config):
 
 def check_scenario(sc) -> None:
     """Raise :class:`~.base._FieldError` naming the first key that breaks a cross-field rule."""
-    m = sc.data.num_clients
     r = sc.round
+    # m: the number of clients; infinite while the data decide it (checked again with their count
+    # once built, fedsim.run.build.adopt_clients)
+    m = math.inf if sc.data.clients_from_data else sc.data.num_clients
     if r.clients_per_round is not None and r.clients_per_round > m:
         raise _FieldError("round.clients_per_round", f"must be <= data.clients ({m})")
-    if isinstance(sc.system.speed, tuple) and len(sc.system.speed) != m:
+    if isinstance(sc.system.speed, tuple) and m < math.inf and len(sc.system.speed) != m:
         raise _FieldError("system.speed", f"needs one speed per client ({m})")
     av = sc.system.availability
-    if isinstance(av, DiurnalAvailability) and isinstance(av.phase, tuple) and len(av.phase) != m:
+    if isinstance(av, DiurnalAvailability) and isinstance(av.phase, tuple) and m < math.inf and len(av.phase) != m:
         raise _FieldError("system.availability.phase", f"needs one phase per client ({m})")
-    if isinstance(av, tuple) and len(av) != m:
+    if isinstance(av, tuple) and m < math.inf and len(av) != m:
         raise _FieldError("system.availability", f"needs one interval list per client ({m})")
     two_lat = 2 * sc.system.latency
     if r.policy == "window":
