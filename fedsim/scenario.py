@@ -406,10 +406,14 @@ def _per_client_value(x: Any) -> Any:
     return x if isinstance(x, (int, float, tuple)) else _dist_value(x)
 
 
+#: Largest ``round.overcommit`` factor (FedScale's default is 1.3).
+MAX_OVERCOMMIT = 100.0
+
+
 class RoundConfig(_Frozen):
     """Server round policy and the work each client is given."""
 
-    policy: Literal["window", "wait", "deadline", "async"] = "window"
+    policy: Literal["window", "wait", "deadline", "overcommit", "async"] = "window"
     window: float | None = Field(None, gt=0)
     deadline: float | None = Field(None, gt=0)
     local_steps: int | IntDist | None = None
@@ -417,6 +421,8 @@ class RoundConfig(_Frozen):
     max_local_steps: int | None = Field(None, ge=1)
     clients_per_round: int | None = Field(None, ge=1)
     sampling: Literal["uniform", "weighted"] = "uniform"
+    # over-commitment (FedScale): select ceil(overcommit * clients_per_round), keep the first K
+    overcommit: float = 1.3
     # asynchronous policy
     concurrency: int | None = Field(None, ge=1)
     buffer: int = Field(1, ge=1)
@@ -430,6 +436,13 @@ class RoundConfig(_Frozen):
             raise ValueError("must be >= 1")
         return w  # upper bounds: fedsim.validate.check_limits
 
+    @field_validator("overcommit")
+    @classmethod
+    def _overcommit(cls, v):
+        if not 1 <= v <= MAX_OVERCOMMIT:
+            raise ValueError(f"must be between 1 and {MAX_OVERCOMMIT:g} (a factor on clients_per_round)")
+        return v
+
     def value(self, batch_size: int) -> clock_model.RoundRule:
         """The clock's :class:`fedsim.clock.model.RoundRule` (``batch_size`` B for local_epochs)."""
         cm = clock_model
@@ -437,6 +450,7 @@ class RoundConfig(_Frozen):
             "window": lambda: cm.Window(self.window),
             "wait": cm.Wait,
             "deadline": lambda: cm.Deadline(self.deadline),
+            "overcommit": lambda: cm.Overcommit(self.overcommit),
             "async": lambda: cm.Async(self.concurrency, self.buffer),
         }[self.policy]()
 
@@ -590,7 +604,9 @@ class Scenario(_Frozen):
                 raise _FieldError("round.deadline", "required for policy deadline")
             if not r.deadline > two_lat:
                 raise _FieldError("round.deadline", "must be longer than two latencies (download + upload)")
-        if r.policy in ("wait", "deadline", "async"):
+        if r.policy == "overcommit" and r.clients_per_round is None:
+            raise _FieldError("round.clients_per_round", "required for policy overcommit (K, the uploads kept)")
+        if r.policy in ("wait", "deadline", "overcommit", "async"):
             if r.local_steps is None and r.local_epochs is None:
                 raise _FieldError("round.local_steps", f"policy {r.policy} needs local_steps or local_epochs")
         if r.local_steps is not None and r.local_epochs is not None:

@@ -33,7 +33,7 @@ from simpy.core import NORMAL
 from fedsim.rng import stream
 
 from .draws import select
-from .model import Async, Deadline, Window
+from .model import Async, Deadline, Overcommit, Window, overcommit_size
 from .plan import Job, RoundPlan
 
 __all__ = ["ClockError", "Simulation", "LATE"]
@@ -41,6 +41,8 @@ __all__ = ["ClockError", "Simulation", "LATE"]
 #: Priority of the server's decisions: after every state change at the same instant.
 LATE = NORMAL + 1
 INF = math.inf
+#: Interrupt cause of a job the server stops waiting for (``overcommit``: its round closed).
+CANCEL = "cancel"
 
 
 class ClockError(RuntimeError):
@@ -112,9 +114,10 @@ class Simulation:
         self.online = [tl.initial for tl in clock.timelines]
         self.busy: list[_Run | None] = [None] * self.m
         self.queue: deque[RoundPlan] = deque()
-        self.ready = self.env.event()
         self.came_online = self.env.event()
         self.is_async = isinstance(self.policy, Async)
+        self.kth = None  # overcommit: the event of the round's K-th upload, and the count so far
+        self.kth_count = 0
         for c, tl in enumerate(clock.timelines):
             if tl.changes:
                 self.env.process(self._availability(c, tl))
@@ -134,23 +137,17 @@ class Simulation:
 
     # ------------------------------------------------------------------ driving
     def next_plan(self) -> RoundPlan:
+        env = self.env
         while not self.queue:
-            if self.ready.triggered:
-                self.ready = self.env.event()
-            try:
-                self.env.run(until=self.ready)
-            except RuntimeError as err:
-                if "No scheduled events left" not in str(err):
-                    raise
+            if env.peek() == INF:  # SimPy's empty schedule: nothing can ever happen again
                 raise ClockError(
-                    f"the clock stops at t={self.env.now:g}: no client is online and none ever comes online again"
-                ) from None
+                    f"the clock stops at t={env.now:g}: no client is online and none ever comes online again"
+                )
+            env.step()
         return self.queue.popleft()
 
     def _emit(self, plan: RoundPlan) -> None:
         self.queue.append(plan)
-        if not self.ready.triggered:
-            self.ready.succeed()
 
     def _note(self, t: float, what: str, client: int, key: int | None = None) -> None:
         if self.log is not None:
@@ -191,10 +188,17 @@ class Simulation:
                 self._note(t, phase, run.client, run.key)
             else:
                 run.status, run.end = "completed", run.t_upload
+                if self.kth is not None:
+                    self.kth_count += 1
+                    if self.kth_count == self.rule.clients_per_round:
+                        self.kth.succeed()
         except simpy.Interrupt as outage:
+            if outage.cause == CANCEL:  # the round closed without it (status set by the server)
+                return
             run.status, run.end = "failed", outage.cause
             self._note(outage.cause, "failed", run.client, run.key)
-        self.busy[run.client] = None
+        if self.busy[run.client] is run:
+            self.busy[run.client] = None
         if self.is_async:
             self.resolved.append(run)
             self._request_settle()
@@ -244,13 +248,25 @@ class Simulation:
                 give_up = t_open + policy.deadline if isinstance(policy, Deadline) else INF
             was_online = list(self.online)
             online = np.flatnonzero(was_online)
-            chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, clock.p, clock.seed, r)
+            q = rule.clients_per_round
+            if isinstance(policy, Overcommit):
+                q = overcommit_size(policy.factor, q)
+            chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r)
             runs = [
                 self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k), len(online))
                 for c, k, w in zip(chosen, counts, weights)
             ]
             procs = [run.process for run in runs if run.process is not None]
-            if procs:
+            if procs and isinstance(policy, Overcommit):
+                self.kth, self.kth_count = env.event(), 0
+                yield simpy.AnyOf(env, [simpy.AllOf(env, procs), self.kth])
+                kth, self.kth = self.kth, None
+                if kth.triggered:  # K uploads: the round closes now, after this instant's state changes
+                    yield _At(env, env.now, LATE)
+                    self._emit(self._overcommit_plan(r, t_open, env.now, runs, was_online))
+                    r, t_open = r + 1, env.now
+                    continue
+            elif procs:
                 yield simpy.AllOf(env, procs)
             if isinstance(policy, Window):
                 close = window_close
@@ -280,6 +296,25 @@ class Simulation:
                 if not was_online[c]:
                     rows[c] = Job(r, c, "offline", 0, t_open, t_open, r, r, 0, 0.0, 0)
         return RoundPlan(r, t_open, close, tuple(rows[c] for c in sorted(rows)), r + 1, sum(was_online))
+
+    def _overcommit_plan(self, r: int, t_open: float, close: float, runs: list[_Run], was_online: list[bool]) -> RoundPlan:
+        """The round of an ``overcommit`` policy that got K uploads by ``close``: the first K (by
+        upload time, then client) are aggregated; every other job is ``dropped`` (end = close) --
+        a later upload, a job still running (stopped now), or one whose outage came exactly at
+        the close -- except those that failed before the close."""
+        k = self.rule.clients_per_round
+        done = sorted((run for run in runs if run.status == "completed"), key=lambda run: (run.t_upload, run.client))
+        for run in done[k:]:
+            run.status = "dropped"
+        for run in runs:
+            if run.status == "running":  # stop it: it is no longer the client's job
+                run.status = "dropped"
+                run.process.interrupt(CANCEL)
+                if self.busy[run.client] is run:
+                    self.busy[run.client] = None
+            elif run.status == "failed" and run.end >= close:  # an outage at the close does not fail it
+                run.status = "dropped"
+        return self._sync_plan(r, t_open, close, runs, was_online)
 
     # ------------------------------------------------------------------ asynchronous (FedBuff-style)
     def _request_settle(self) -> None:
