@@ -14,7 +14,7 @@ from . import availability as av_models
 from .availability import ConstantRate
 from .draws import SLOWDOWN_FLOOR, PerClientDraws, whole_steps
 from .model import (
-    Deadline, Diurnal, Epochs, Flops, Markov, Overcommit, Population, RandInt, RoundRule, Speed, System, Traced, Uniform,
+    Async, Deadline, Diurnal, Epochs, Flops, Markov, Overcommit, Population, RandInt, RoundRule, Speed, System, Traced, Uniform,
     Wait, Window, WorkCost,
 )
 from .plan import RoundPlan, RoundTable
@@ -22,6 +22,8 @@ from .sim import Simulation
 from .trace import ClientTrace, TraceError, TraceRate, TraceTimeline, load_trace
 from .vectorised import window_tables
 from .vectorised_wait import prescribed_tables
+from .heap import async_tables
+from .checkin import CHECKIN_MIN_CLIENTS
 
 __all__ = ["Clock", "MIN_SOJOURN"]
 
@@ -39,8 +41,10 @@ class Clock:
         seed: scenario seed; every draw is ``stream(seed, purpose, *keys)``.
         cost: FLOPs of one local step and bytes transferred (needed by ``Flops`` compute and by a
             ``Network``).
-        fast: use the vectorised path (window, wait, deadline, overcommit; None: whenever it
-            applies, see :attr:`fast`).
+        fast: use the vectorised path (window, wait, deadline, overcommit) or the heap path
+            (async) rather than the SimPy simulation (None: whenever it applies, see :attr:`fast`).
+        checkin: async: pick clients by keyed check-in draws (:mod:`fedsim.clock.checkin`);
+            None: for populations of at least ``CHECKIN_MIN_CLIENTS``.
 
     The cross-field rules of the inputs are checked where they are validated
     (:mod:`fedsim.scenario`). The clock is a pure description: :meth:`plans` starts a fresh
@@ -57,6 +61,7 @@ class Clock:
         seed: int,
         cost: WorkCost | None = None,
         fast: bool | None = None,
+        checkin: bool | None = None,
     ):
         self.system, self.rule, self.population, self.seed = system, rule, population, int(seed)
         self.client_sizes = population.sizes
@@ -93,9 +98,10 @@ class Clock:
         self.fixed_work = self._fixed_work_caps()
         self._check_event_rate()
         self._check_transfers(trace)
-        eligible = isinstance(rule.policy, (Window, Wait, Deadline, Overcommit))
+        self.checkin = m >= CHECKIN_MIN_CLIENTS if checkin is None else bool(checkin)
+        eligible = isinstance(rule.policy, (Window, Wait, Deadline, Overcommit, Async))
         if fast and not eligible:
-            raise ValueError("the vectorised path needs policy window, wait, deadline or overcommit")
+            raise ValueError("no vectorised path for this policy")
         self.fast = eligible if fast is None else bool(fast)
 
     def _bandwidths(self, trace, cost: WorkCost | None) -> tuple | None:
@@ -298,6 +304,8 @@ class Clock:
         """The vectorised path of the policy (:mod:`.vectorised`, :mod:`.vectorised_wait`)."""
         if isinstance(self.rule.policy, Window):
             return window_tables(self)
+        if isinstance(self.rule.policy, Async):
+            return async_tables(self)
         return prescribed_tables(self)
 
     def tables(self) -> Iterator[RoundTable]:

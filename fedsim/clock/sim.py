@@ -30,8 +30,7 @@ import numpy as np
 import simpy
 from simpy.core import NORMAL
 
-from fedsim.rng import stream
-
+from .checkin import checkin_pick, permutation_pick
 from .draws import select
 from .model import Async, Deadline, Overcommit, Window, overcommit_size
 from .plan import Job, RoundPlan
@@ -131,6 +130,7 @@ class Simulation:
             self.last_update = 0.0
             self.settle_scheduled = False
             self.zero_work_streak = 0
+            self.started: list[tuple[int, int, int]] = []  # (client, key, steps) from this version
             self._request_settle()
         else:
             self.env.process(self._sync_rounds())
@@ -342,12 +342,19 @@ class Simulation:
         candidates = np.array([c for c in range(self.m) if self.online[c] and c not in self.in_flight], dtype=np.int64)
         if not len(candidates):
             return
-        k = min(free, len(candidates))
-        pick = np.sort(candidates[stream(clock.seed, "select", self.seq).permutation(len(candidates))[:k]])
+        if clock.checkin:
+            def is_candidate(cs):
+                return np.array([self.online[c] and c not in self.in_flight for c in cs.tolist()], dtype=bool)
+
+            pick = checkin_pick(self.m, free, clock.seed, self.seq, is_candidate, lambda: candidates)
+        else:
+            pick = permutation_pick(candidates, free, clock.seed, self.seq)
         for c in pick:
             c = int(c)
             run = self._start(c, self.seq, -1, self.version, now, None, INF, float(clock.p[c]), 1, available)
             self.in_flight[c] = run
+            if run.process is not None:
+                self.started.append((c, self.seq, run.tau))
             self.seq += 1
             if run.process is None:
                 self.zero_work_streak += 1
@@ -366,5 +373,6 @@ class Simulation:
         first = min(self.pending, key=lambda run: (run.start, run.key))
         self.version += 1
         live = [run.version for run in self.in_flight.values() if run.status in ("running", "completed")]
-        self._emit(RoundPlan(u, self.last_update, now, jobs, min(live + [self.version]), first.available))
-        self.pending, self.arrivals, self.last_update = [], 0, now
+        self._emit(RoundPlan(u, self.last_update, now, jobs, min(live + [self.version]), first.available,
+                             tuple(self.started)))
+        self.pending, self.arrivals, self.last_update, self.started = [], 0, now, []
