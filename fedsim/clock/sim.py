@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from heapq import heappush
 
 import numpy as np
 import simpy
@@ -48,27 +49,21 @@ class ClockError(RuntimeError):
     """The schedule cannot continue (e.g. no client ever comes online again)."""
 
 
-def _delay(now: float, t: float) -> float:
-    """A delay d with ``now + d == t`` exactly (SimPy schedules at ``now + delay``)."""
-    if t < now:
-        raise RuntimeError(f"cannot schedule at {t!r} before now {now!r}")
-    d = t - now
-    for _ in range(64):
-        s = now + d
-        if s == t:
-            return d
-        d = math.nextafter(d, INF if s < t else -INF)
-    return t - now  # pragma: no cover - rounding is monotone, the loop finds d in a step or two
-
-
 class _At(simpy.events.Event):
-    """An event processed at absolute simulated time ``t`` with ``priority``."""
+    """An event processed at absolute simulated time ``t`` with ``priority``.
+
+    Queued at t itself (what ``Environment.schedule`` does with ``now + delay``): some times
+    cannot be written now + d for any float d (the sum rounds past them, e.g. now = 0.855...,
+    t = 14.475875232711433), and an event must not drift by an ulp from the time it stands for.
+    """
 
     def __init__(self, env: simpy.Environment, t: float, priority: int = NORMAL):
         super().__init__(env)
+        if t < env.now:
+            raise RuntimeError(f"cannot schedule at {t!r} before now {env.now!r}")
         self._ok = True
         self._value = None
-        env.schedule(self, priority, _delay(env.now, t))
+        heappush(env._queue, (t, priority, next(env._eid), self))
 
 
 class _Run:
