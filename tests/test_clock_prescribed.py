@@ -193,3 +193,19 @@ def test_overcommit_keys_are_validated():
         parse_scenario(scenario(clients_per_round=None))
     with pytest.raises(ScenarioError, match="^round.local_steps: policy overcommit needs"):
         parse_scenario(scenario(local_steps=None))
+
+
+def test_docs_state_the_numbers():
+    from pathlib import Path
+
+    from fedsim.clock.checkin import CHECKIN_MIN_CLIENTS, checkin_draws
+    from fedsim.engine.async_run import PREFETCH_BYTES, PREFETCH_MIN
+    from fedsim.scenario import MAX_OVERCOMMIT
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    clock, scen, asyn = ((docs / f).read_text() for f in ("clock.md", "scenario.md", "async.md"))
+    assert RoundConfig().overcommit == 1.3 and MAX_OVERCOMMIT == 100
+    assert "`overcommit` F, default 1.3, at most 100" in clock and "| `round.overcommit` | number in [1, 100] | `1.3` |" in scen
+    assert CHECKIN_MIN_CLIENTS == 65_536 and "from 65,536 clients on" in clock and "below 65,536 clients" in clock
+    assert checkin_draws(5) == 4 * 5 + 64 and "after 4 free + 64 draws" in clock
+    assert PREFETCH_MIN == 32 and PREFETCH_BYTES == 512 << 20 and "at least 32 of them" in asyn and "512 MiB" in asyn
