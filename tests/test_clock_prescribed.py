@@ -209,3 +209,20 @@ def test_docs_state_the_numbers():
     assert CHECKIN_MIN_CLIENTS == 65_536 and "from 65,536 clients on" in clock and "below 65,536 clients" in clock
     assert checkin_draws(5) == 4 * 5 + 64 and "after 4 free + 64 draws" in clock
     assert PREFETCH_MIN == 32 and PREFETCH_BYTES == 512 << 20 and "at least 32 of them" in asyn and "512 MiB" in asyn
+
+
+@pytest.mark.parametrize("round_kw, field", [
+    ({"overcommit": 0.5}, "round.overcommit"),
+    ({"overcommit": 1e6}, "round.overcommit"),
+    ({"clients_per_round": 50}, "round.clients_per_round"),
+])
+def test_bad_overcommit_input_one_line_exit_2(tmp_path, capsys, round_kw, field):
+    import yaml
+
+    from fedsim.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario(**round_kw)))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and field in err
