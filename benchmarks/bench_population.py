@@ -10,8 +10,8 @@ Issue 18's targets (``--policies wait,deadline,overcommit,async``, results in
 ``results/population_policies.*``): the same 10^6 clients (Markov, online 300 s / offline 100 s)
 with 1,000 clients per round x 1,000 rounds under ``wait``, ``deadline`` (8 s) and
 ``overcommit`` (1.3), and ``async`` with concurrency 1,000, buffer 100 x 1,000 server updates,
-each < 60 s and < 2 GB; and the same on a 10^5-device trace written by ``fedsim trace generate``
-(Synthetic(1,1) logistic regression, batch 10; deadline 60 s).
+each < 60 s and < 2 GB; and the same on a 10^5-device trace written by ``fedsim trace generate
+--days 2 --session-start-hours 0`` (Synthetic(1,1) logistic regression, batch 10; deadline 60 s).
 
     python benchmarks/bench_population.py [--clients 1000000] [--rounds 1000] [--per-round 100]
                                           [--trace-clients 100000] [--policies window]
@@ -90,9 +90,11 @@ def policy_round(policy: str, a, deadline: float) -> tuple[str, str]:
 
 
 def generate_trace(path: Path, clients: int) -> None:
-    """A device trace of ``clients`` devices by ``fedsim trace generate`` (2 days)."""
+    """A device trace of ``clients`` devices by ``fedsim trace generate`` (2 days, sessions starting
+    around midnight so that the run, which starts at t = 0, sees about half the devices online;
+    with the default 10 h start few are online in the first hours and async runs starve)."""
     proc = run_script(["-m", "fedsim", "trace", "generate", "--out", str(path), "--clients", str(clients),
-                       "--days", "2"], timeout=3600)
+                       "--days", "2", "--session-start-hours", "0"], timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr)
 
