@@ -386,11 +386,12 @@ def test_vectorised_window_equals_simpy(case):
 
 def test_vectorised_path_only_where_it_applies():
     assert make(policy="window", window=1.0).fast
-    assert not make(policy="wait", local_steps=1).fast
+    assert make(policy="wait", local_steps=1).fast  # issue 18: prescribed work too
+    assert make(policy="deadline", deadline=1.0, local_steps=1).fast
+    assert make(policy="async", local_steps=1, concurrency=1).fast  # the heap path
     assert make(policy="window", window=1.0, availability=(((1.0, 2.0),), ())).fast  # outages too
     assert make(policy="window", window=1.0, availability=((), ())).fast
-    with pytest.raises(ValueError):
-        make(policy="wait", local_steps=1, fast=True)
+    assert not make(policy="wait", local_steps=1, fast=False).fast
 
 
 # ---------------------------------------------------------------------------- async

@@ -131,6 +131,19 @@ class MarkovStates(_ToggleArrays):
         mean = self.means[self.online[idx].astype(np.int64)]
         self.next[idx] = self.next[idx] + keyed_exponential(mean, self.seed, "availability", idx, self.k[idx])
 
+    def peek(self, idx: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """(online, next toggle) of clients ``idx`` at t >= the last :meth:`advance`, the same
+        draws as advancing, without changing the state (lazy evaluation: only these clients)."""
+        online, nxt, k = self.online[idx], self.next[idx].copy(), self.k[idx].copy()
+        while True:
+            sel = np.flatnonzero(nxt <= t)
+            if not len(sel):
+                return online, nxt
+            online[sel] = ~online[sel]
+            k[sel] += 1
+            mean = self.means[online[sel].astype(np.int64)]
+            nxt[sel] = nxt[sel] + keyed_exponential(mean, self.seed, "availability", idx[sel], k[sel])
+
 
 class DiurnalStates(_ToggleArrays):
     """Diurnal availability (:class:`fedsim.clock.model.Diurnal`) of ``clients`` as arrays.
@@ -183,6 +196,16 @@ class DiurnalStates(_ToggleArrays):
     def _toggled(self, idx: np.ndarray) -> None:
         self.next[idx] = INF
         self._find(idx)
+
+    def peek(self, idx: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """(online, next toggle) of clients ``idx`` (positions) at t >= the last :meth:`advance`,
+        without changing the state (see :meth:`MarkovStates.peek`)."""
+        sub = object.__new__(DiurnalStates)
+        sub.__dict__.update(self.__dict__)
+        sub.clients, sub.phase = self.clients[idx], self.phase[idx]
+        sub.online, sub.j, sub.t, sub.next = (a[idx].copy() for a in (self.online, self.j, self.t, self.next))
+        sub.advance(t)
+        return sub.online, sub.next
 
 
 class DiurnalTimeline:
@@ -242,6 +265,18 @@ class ToggleStates(_ToggleArrays):
     def _toggled(self, idx: np.ndarray) -> None:
         self.j[idx] += 1
         self.next[idx] = self._time(idx, self.j[idx])
+
+    def peek(self, idx: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """(online, next toggle) of clients ``idx`` at t >= the last :meth:`advance`, without
+        changing the state (see :meth:`MarkovStates.peek`)."""
+        online, nxt, j = self.online[idx], self.next[idx].copy(), self.j[idx].copy()
+        while True:
+            sel = np.flatnonzero(nxt <= t)
+            if not len(sel):
+                return online, nxt
+            online[sel] = ~online[sel]
+            j[sel] += 1
+            nxt[sel] = self._time(idx[sel], j[sel])
 
 
 class ConstantRate:

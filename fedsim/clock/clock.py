@@ -14,13 +14,16 @@ from . import availability as av_models
 from .availability import ConstantRate
 from .draws import SLOWDOWN_FLOOR, PerClientDraws, whole_steps
 from .model import (
-    Deadline, Diurnal, Epochs, Flops, Markov, Population, RandInt, RoundRule, Speed, System, Traced, Uniform, Window,
-    WorkCost,
+    Async, Deadline, Diurnal, Epochs, Flops, Markov, Overcommit, Population, RandInt, RoundRule, Speed, System, Traced, Uniform,
+    Wait, Window, WorkCost,
 )
 from .plan import RoundPlan, RoundTable
 from .sim import Simulation
 from .trace import ClientTrace, TraceError, TraceRate, TraceTimeline, load_trace
 from .vectorised import window_tables
+from .vectorised_wait import prescribed_tables
+from .heap import async_tables
+from .checkin import CHECKIN_MIN_CLIENTS
 
 __all__ = ["Clock", "MIN_SOJOURN"]
 
@@ -38,7 +41,10 @@ class Clock:
         seed: scenario seed; every draw is ``stream(seed, purpose, *keys)``.
         cost: FLOPs of one local step and bytes transferred (needed by ``Flops`` compute and by a
             ``Network``).
-        fast: use the vectorised window path (None: whenever it applies, see :attr:`fast`).
+        fast: use the vectorised path (window, wait, deadline, overcommit) or the heap path
+            (async) rather than the SimPy simulation (None: whenever it applies, see :attr:`fast`).
+        checkin: async: pick clients by keyed check-in draws (:mod:`fedsim.clock.checkin`);
+            None: for populations of at least ``CHECKIN_MIN_CLIENTS``.
 
     The cross-field rules of the inputs are checked where they are validated
     (:mod:`fedsim.scenario`). The clock is a pure description: :meth:`plans` starts a fresh
@@ -55,6 +61,7 @@ class Clock:
         seed: int,
         cost: WorkCost | None = None,
         fast: bool | None = None,
+        checkin: bool | None = None,
     ):
         self.system, self.rule, self.population, self.seed = system, rule, population, int(seed)
         self.client_sizes = population.sizes
@@ -91,9 +98,10 @@ class Clock:
         self.fixed_work = self._fixed_work_caps()
         self._check_event_rate()
         self._check_transfers(trace)
-        eligible = isinstance(rule.policy, Window)
+        self.checkin = m >= CHECKIN_MIN_CLIENTS if checkin is None else bool(checkin)
+        eligible = isinstance(rule.policy, (Window, Wait, Deadline, Overcommit, Async))
         if fast and not eligible:
-            raise ValueError("the vectorised path needs policy window")
+            raise ValueError("no vectorised path for this policy")
         self.fast = eligible if fast is None else bool(fast)
 
     def _bandwidths(self, trace, cost: WorkCost | None) -> tuple | None:
@@ -170,7 +178,9 @@ class Clock:
 
     def time_scale(self) -> float:
         """The shortest round the schedule can have, in seconds: the window or deadline, else the
-        quickest job (download + one step or the least prescribed work + upload)."""
+        quickest job (download + one step or the least prescribed work + upload). Speeds or
+        bandwidths drawn from a distribution count at its largest value (unbounded: no time), so
+        a million clients need no draws here; only when that bound is 0 are the draws taken."""
         policy = self.rule.policy
         if isinstance(policy, Window):
             return float(policy.window)
@@ -180,6 +190,17 @@ class Clock:
         low = 1 if work is None else max(int(getattr(work.dist, "low", getattr(work.dist, "value", 1))), 1)
         if isinstance(work, Epochs):
             low = max(low * int(self.client_sizes.min()) // work.batch_size, 1)
+        drawn = [self._speed_draws] + ([self._net[0], self._net[2]] if self._net is not None else [])
+        if any(d.lazy for d in drawn):  # a distribution: the quickest job it allows, without drawing m values
+            L = self.latency
+            transfers = 2 * L
+            if self._net is not None:
+                down, down_bits, up, up_bits = self._net
+                transfers = 2 * L + down_bits / _highest(down) + up_bits / _highest(up)
+            fastest = _highest(self._speed_draws) / (1.0 if self._step_flops is None else self._step_flops)
+            bound = transfers + low / fastest
+            if bound > 0:
+                return float(bound)
         with np.errstate(divide="ignore"):
             job = self.download + self.upload + low / self.speeds
         return float(job.min())
@@ -272,17 +293,25 @@ class Clock:
         next plan is ready. ``log`` (SimPy path only) collects ``(time, event, client, key)``
         tuples: start, download, compute, upload, failed, dropped, online, offline."""
         if self.fast and log is None:
-            for table in window_tables(self):
+            for table in self._vectorised():
                 yield table.plan()
             return
         sim = Simulation(self, log)
         while True:
             yield sim.next_plan()
 
+    def _vectorised(self) -> Iterator[RoundTable]:
+        """The vectorised path of the policy (:mod:`.vectorised`, :mod:`.vectorised_wait`)."""
+        if isinstance(self.rule.policy, Window):
+            return window_tables(self)
+        if isinstance(self.rule.policy, Async):
+            return async_tables(self)
+        return prescribed_tables(self)
+
     def tables(self) -> Iterator[RoundTable]:
         """The same schedule as :meth:`plans`, as numpy columns (fast for clock-only runs)."""
         if self.fast:
-            yield from window_tables(self)
+            yield from self._vectorised()
             return
         for plan in self.plans():
             yield plan.table()

@@ -13,7 +13,8 @@ takes only these. Sum types are unions of small dataclasses, read with ``isinsta
   :class:`WorkCost`) | :class:`Traced` (a measured trace);
 * availability: :class:`Always` | :class:`Markov` | :class:`Diurnal` | :class:`Intervals` |
   :class:`Traced`;
-* round policy: :class:`Window` | :class:`Wait` | :class:`Deadline` | :class:`Async`;
+* round policy: :class:`Window` | :class:`Wait` | :class:`Deadline` | :class:`Overcommit` |
+  :class:`Async`;
 * prescribed work: :class:`Steps` | :class:`Epochs` | None.
 """
 
@@ -30,7 +31,7 @@ import numpy as np
 __all__ = [
     "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
     "Speed", "Flops", "Network", "Traced", "Always", "Markov", "Diurnal", "Intervals", "System",
-    "Window", "Wait", "Deadline", "Async", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
+    "Window", "Wait", "Deadline", "Overcommit", "Async", "overcommit_size", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
     "MAX_TIME", "MAX_SPEED", "MAX_STEPS", "MAX_EPOCHS",
 ]
 
@@ -199,6 +200,23 @@ class Deadline:
 
 
 @dataclass(frozen=True)
+class Overcommit:
+    """FedScale's over-commitment: prescribed work; select ``overcommit_size(factor, K)`` clients,
+    aggregate the first K uploads (K = ``RoundRule.clients_per_round``), drop the rest; the round
+    ends at the K-th upload (with fewer than K uploads, as :class:`Wait`)."""
+
+    factor: float
+
+
+def overcommit_size(factor: float, k: int) -> int:
+    """ceil(factor * K) with ``factor`` read as the decimal it was written as (``repr``), so
+    1.3 x 10 selects 13 clients, not ceil(13.000000000000002) = 14."""
+    from fractions import Fraction
+
+    return int(math.ceil(Fraction(repr(float(factor))) * int(k)))
+
+
+@dataclass(frozen=True)
 class Async:
     """FedBuff-style: ``concurrency`` jobs in flight, one server update every ``buffer`` arrivals."""
 
@@ -225,7 +243,7 @@ class Epochs:
 class RoundRule:
     """Round policy, prescribed work (None: only the window limits it), step cap and selection."""
 
-    policy: Union[Window, Wait, Deadline, Async]
+    policy: Union[Window, Wait, Deadline, Overcommit, Async]
     work: Union[Steps, Epochs, None] = None
     max_local_steps: int | None = None
     clients_per_round: int | None = None

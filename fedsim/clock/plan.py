@@ -78,6 +78,10 @@ class RoundPlan:
             than this (sync: ``round + 1``), so the engine may free older versions.
         available: clients online when the round opened (async: when the update's first job
             started).
+        started: async: ``(client, key, steps)`` of every job with steps > 0 that started from
+            the model version this update replaces (version == ``round``), in key order, whether
+            it is reported now, later, or fails: the engine may train them together (empty in
+            sync plans).
     """
 
     round: int
@@ -86,6 +90,7 @@ class RoundPlan:
     jobs: tuple[Job, ...]
     min_live_version: int = 0
     available: int = 0
+    started: tuple[tuple[int, int, int], ...] = ()
 
     @property
     def completed(self) -> tuple[Job, ...]:
@@ -96,7 +101,8 @@ class RoundPlan:
         """The same plan as numpy columns."""
         cols = {name: [getattr(j, name) for j in self.jobs] for name in JOB_COLUMNS}
         cols["status"] = [STATUSES.index(s) for s in cols["status"]]
-        return RoundTable(self.round, self.open, self.close, self.min_live_version, _arrays(cols), self.available)
+        return RoundTable(self.round, self.open, self.close, self.min_live_version, _arrays(cols), self.available,
+                          self.started)
 
 
 _DTYPES = {
@@ -131,6 +137,7 @@ class RoundTable:
     min_live_version: int
     columns: dict[str, np.ndarray]
     available: int = 0
+    started: tuple[tuple[int, int, int], ...] = ()
 
     def __len__(self) -> int:
         return len(self.columns["client"])
@@ -145,4 +152,4 @@ class RoundTable:
         lists = [c[name].tolist() for name in JOB_COLUMNS]
         lists[2] = [STATUSES[s] for s in lists[2]]
         jobs = tuple(map(Job, *lists))
-        return RoundPlan(self.round, self.open, self.close, jobs, self.min_live_version, self.available)
+        return RoundPlan(self.round, self.open, self.close, jobs, self.min_live_version, self.available, self.started)

@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from heapq import heappush
 
 import numpy as np
 import simpy
 from simpy.core import NORMAL
 
-from fedsim.rng import stream
-
+from .checkin import checkin_pick, permutation_pick
 from .draws import select
-from .model import Async, Deadline, Window
+from .model import Async, Deadline, Overcommit, Window, overcommit_size
 from .plan import Job, RoundPlan
 
 __all__ = ["ClockError", "Simulation", "LATE"]
@@ -41,33 +41,29 @@ __all__ = ["ClockError", "Simulation", "LATE"]
 #: Priority of the server's decisions: after every state change at the same instant.
 LATE = NORMAL + 1
 INF = math.inf
+#: Interrupt cause of a job the server stops waiting for (``overcommit``: its round closed).
+CANCEL = "cancel"
 
 
 class ClockError(RuntimeError):
     """The schedule cannot continue (e.g. no client ever comes online again)."""
 
 
-def _delay(now: float, t: float) -> float:
-    """A delay d with ``now + d == t`` exactly (SimPy schedules at ``now + delay``)."""
-    if t < now:
-        raise RuntimeError(f"cannot schedule at {t!r} before now {now!r}")
-    d = t - now
-    for _ in range(64):
-        s = now + d
-        if s == t:
-            return d
-        d = math.nextafter(d, INF if s < t else -INF)
-    return t - now  # pragma: no cover - rounding is monotone, the loop finds d in a step or two
-
-
 class _At(simpy.events.Event):
-    """An event processed at absolute simulated time ``t`` with ``priority``."""
+    """An event processed at absolute simulated time ``t`` with ``priority``.
+
+    Queued at t itself (what ``Environment.schedule`` does with ``now + delay``): some times
+    cannot be written now + d for any float d (the sum rounds past them, e.g. now = 0.855...,
+    t = 14.475875232711433), and an event must not drift by an ulp from the time it stands for.
+    """
 
     def __init__(self, env: simpy.Environment, t: float, priority: int = NORMAL):
         super().__init__(env)
+        if t < env.now:
+            raise RuntimeError(f"cannot schedule at {t!r} before now {env.now!r}")
         self._ok = True
         self._value = None
-        env.schedule(self, priority, _delay(env.now, t))
+        heappush(env._queue, (t, priority, next(env._eid), self))
 
 
 class _Run:
@@ -112,9 +108,10 @@ class Simulation:
         self.online = [tl.initial for tl in clock.timelines]
         self.busy: list[_Run | None] = [None] * self.m
         self.queue: deque[RoundPlan] = deque()
-        self.ready = self.env.event()
         self.came_online = self.env.event()
         self.is_async = isinstance(self.policy, Async)
+        self.kth = None  # overcommit: the event of the round's K-th upload, and the count so far
+        self.kth_count = 0
         for c, tl in enumerate(clock.timelines):
             if tl.changes:
                 self.env.process(self._availability(c, tl))
@@ -128,29 +125,24 @@ class Simulation:
             self.last_update = 0.0
             self.settle_scheduled = False
             self.zero_work_streak = 0
+            self.started: list[tuple[int, int, int]] = []  # (client, key, steps) from this version
             self._request_settle()
         else:
             self.env.process(self._sync_rounds())
 
     # ------------------------------------------------------------------ driving
     def next_plan(self) -> RoundPlan:
+        env = self.env
         while not self.queue:
-            if self.ready.triggered:
-                self.ready = self.env.event()
-            try:
-                self.env.run(until=self.ready)
-            except RuntimeError as err:
-                if "No scheduled events left" not in str(err):
-                    raise
+            if env.peek() == INF:  # SimPy's empty schedule: nothing can ever happen again
                 raise ClockError(
-                    f"the clock stops at t={self.env.now:g}: no client is online and none ever comes online again"
-                ) from None
+                    f"the clock stops at t={env.now:g}: no client is online and none ever comes online again"
+                )
+            env.step()
         return self.queue.popleft()
 
     def _emit(self, plan: RoundPlan) -> None:
         self.queue.append(plan)
-        if not self.ready.triggered:
-            self.ready.succeed()
 
     def _note(self, t: float, what: str, client: int, key: int | None = None) -> None:
         if self.log is not None:
@@ -191,10 +183,17 @@ class Simulation:
                 self._note(t, phase, run.client, run.key)
             else:
                 run.status, run.end = "completed", run.t_upload
+                if self.kth is not None:
+                    self.kth_count += 1
+                    if self.kth_count == self.rule.clients_per_round:
+                        self.kth.succeed()
         except simpy.Interrupt as outage:
+            if outage.cause == CANCEL:  # the round closed without it (status set by the server)
+                return
             run.status, run.end = "failed", outage.cause
             self._note(outage.cause, "failed", run.client, run.key)
-        self.busy[run.client] = None
+        if self.busy[run.client] is run:
+            self.busy[run.client] = None
         if self.is_async:
             self.resolved.append(run)
             self._request_settle()
@@ -244,13 +243,25 @@ class Simulation:
                 give_up = t_open + policy.deadline if isinstance(policy, Deadline) else INF
             was_online = list(self.online)
             online = np.flatnonzero(was_online)
-            chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, clock.p, clock.seed, r)
+            q = rule.clients_per_round
+            if isinstance(policy, Overcommit):
+                q = overcommit_size(policy.factor, q)
+            chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r)
             runs = [
                 self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k), len(online))
                 for c, k, w in zip(chosen, counts, weights)
             ]
             procs = [run.process for run in runs if run.process is not None]
-            if procs:
+            if procs and isinstance(policy, Overcommit):
+                self.kth, self.kth_count = env.event(), 0
+                yield simpy.AnyOf(env, [simpy.AllOf(env, procs), self.kth])
+                kth, self.kth = self.kth, None
+                if kth.triggered:  # K uploads: the round closes now, after this instant's state changes
+                    yield _At(env, env.now, LATE)
+                    self._emit(self._overcommit_plan(r, t_open, env.now, runs, was_online))
+                    r, t_open = r + 1, env.now
+                    continue
+            elif procs:
                 yield simpy.AllOf(env, procs)
             if isinstance(policy, Window):
                 close = window_close
@@ -281,6 +292,25 @@ class Simulation:
                     rows[c] = Job(r, c, "offline", 0, t_open, t_open, r, r, 0, 0.0, 0)
         return RoundPlan(r, t_open, close, tuple(rows[c] for c in sorted(rows)), r + 1, sum(was_online))
 
+    def _overcommit_plan(self, r: int, t_open: float, close: float, runs: list[_Run], was_online: list[bool]) -> RoundPlan:
+        """The round of an ``overcommit`` policy that got K uploads by ``close``: the first K (by
+        upload time, then client) are aggregated; every other job is ``dropped`` (end = close) --
+        a later upload, a job still running (stopped now), or one whose outage came exactly at
+        the close -- except those that failed before the close."""
+        k = self.rule.clients_per_round
+        done = sorted((run for run in runs if run.status == "completed"), key=lambda run: (run.t_upload, run.client))
+        for run in done[k:]:
+            run.status = "dropped"
+        for run in runs:
+            if run.status == "running":  # stop it: it is no longer the client's job
+                run.status = "dropped"
+                run.process.interrupt(CANCEL)
+                if self.busy[run.client] is run:
+                    self.busy[run.client] = None
+            elif run.status == "failed" and run.end >= close:  # an outage at the close does not fail it
+                run.status = "dropped"
+        return self._sync_plan(r, t_open, close, runs, was_online)
+
     # ------------------------------------------------------------------ asynchronous (FedBuff-style)
     def _request_settle(self) -> None:
         if not self.settle_scheduled:
@@ -307,12 +337,19 @@ class Simulation:
         candidates = np.array([c for c in range(self.m) if self.online[c] and c not in self.in_flight], dtype=np.int64)
         if not len(candidates):
             return
-        k = min(free, len(candidates))
-        pick = np.sort(candidates[stream(clock.seed, "select", self.seq).permutation(len(candidates))[:k]])
+        if clock.checkin:
+            def is_candidate(cs):
+                return np.array([self.online[c] and c not in self.in_flight for c in cs.tolist()], dtype=bool)
+
+            pick = checkin_pick(self.m, free, clock.seed, self.seq, is_candidate, lambda: candidates)
+        else:
+            pick = permutation_pick(candidates, free, clock.seed, self.seq)
         for c in pick:
             c = int(c)
             run = self._start(c, self.seq, -1, self.version, now, None, INF, float(clock.p[c]), 1, available)
             self.in_flight[c] = run
+            if run.process is not None:
+                self.started.append((c, self.seq, run.tau))
             self.seq += 1
             if run.process is None:
                 self.zero_work_streak += 1
@@ -331,5 +368,6 @@ class Simulation:
         first = min(self.pending, key=lambda run: (run.start, run.key))
         self.version += 1
         live = [run.version for run in self.in_flight.values() if run.status in ("running", "completed")]
-        self._emit(RoundPlan(u, self.last_update, now, jobs, min(live + [self.version]), first.available))
-        self.pending, self.arrivals, self.last_update = [], 0, now
+        self._emit(RoundPlan(u, self.last_update, now, jobs, min(live + [self.version]), first.available,
+                             tuple(self.started)))
+        self.pending, self.arrivals, self.last_update, self.started = [], 0, now, []

@@ -6,6 +6,16 @@ trained from the model version it downloaded (``Job.version``), with the local l
 (``spec.round_lr(version, rounds)``); jobs of one version are trained together in one
 ``train_cohort`` call. The server rule is :func:`fedsim.algorithms.asynchronous.async_apply`.
 
+Batching by version (issue 18): a plan lists every job that started from the version it replaces
+(``RoundPlan.started``). When there are at least ``prefetch_min`` of them (and their updates fit
+in ``PREFETCH_BYTES``), they are trained as one cohort as soon as the plan arrives -- they share
+the starting model -- and each one's update waits in ``trained`` until the job reports (a job
+that fails drops it). With concurrency C and buffer K about K jobs start per version, so cohorts
+are as large as in a synchronous round of K clients, instead of K^2 / C per version and update.
+Fewer starts train with their update's arrivals of the same version, as before. A client's result
+does not depend on the cohort it is trained in, up to the rounding of batched kernels
+(tests/test_async_batched.py).
+
 Model versions: ``versions[v]`` holds x^v for every version a job in flight may still need;
 after each plan the versions older than ``plan.min_live_version`` are freed. Checkpoints hold
 them (``state_dict``), so a resumed run trains in-flight jobs from the same models.
@@ -34,7 +44,12 @@ from .train import Task, train_cohort
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["AsyncEngine"]
+__all__ = ["AsyncEngine", "PREFETCH_MIN", "PREFETCH_BYTES"]
+
+#: Jobs started from one version that are trained together when the version's plan arrives.
+PREFETCH_MIN = 32
+#: Most bytes of trained, not yet reported updates held at once.
+PREFETCH_BYTES = 512 << 20
 
 
 @dataclass
@@ -48,6 +63,9 @@ class AsyncEngine(SyncEngine):
 
     versions: dict[int, Tensors] = field(default_factory=dict)
     norm: NormState = field(default_factory=NormState)
+    #: key -> (update of the job, its a_norm): trained from ``RoundPlan.started``, not reported yet
+    trained: dict[int, tuple[Tensors, float]] = field(default_factory=dict)
+    prefetch_min: int = PREFETCH_MIN
 
     def __post_init__(self) -> None:
         if not self.versions:
@@ -62,12 +80,22 @@ class AsyncEngine(SyncEngine):
         n = len(done)
         if work.module is not None:
             work.module.train()
-        groups: dict[int, list[int]] = {}
-        for i, j in enumerate(done):
-            groups.setdefault(j.version, []).append(i)
+        self._prefetch(plan)
         deltas: dict[str, list] = {k: [None] * n for k in self.params}
         starts: dict[str, list] = {k: [None] * n for k in self.params}
         a_norm = torch.zeros(n, dtype=torch.float64)
+        groups: dict[int, list[int]] = {}
+        for i, j in enumerate(done):
+            if j.key in self.trained:
+                delta, a_norm[i] = self.trained.pop(j.key)
+                for k in self.params:
+                    deltas[k][i] = delta[k]
+                    starts[k][i] = self.versions[j.version][k]
+            else:
+                groups.setdefault(j.version, []).append(i)
+        for j in plan.jobs:
+            if j.status != "completed":
+                self.trained.pop(j.key, None)
         for v, idx in groups.items():
             if v not in self.versions:
                 raise RuntimeError(f"model version {v} was freed but job(s) still need it")
@@ -114,14 +142,35 @@ class AsyncEngine(SyncEngine):
         )
         return record, clients
 
+    def _prefetch(self, plan: RoundPlan) -> None:
+        """Train the jobs started from this plan's version (``plan.started``) as one cohort, when
+        there are at least ``prefetch_min`` and their updates fit in ``PREFETCH_BYTES``."""
+        started = plan.started
+        if len(started) < max(self.prefetch_min, 1):
+            return
+        per_job = sum(v.numel() * v.element_size() for v in self.params.values())
+        if (len(self.trained) + len(started)) * per_job > PREFETCH_BYTES:
+            return
+        v = self.server.version
+        tasks = [Task(c, steps, key) for c, key, steps in started]
+        train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
+        res = train(
+            self.work.for_clients([t.client for t in tasks]), self.spec, self.versions[v], tasks,
+            round_lr=self.spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
+        )
+        for row, t in enumerate(tasks):
+            self.trained[t.key] = ({k: res.deltas[k][row] for k in self.params}, float(res.a_norm[row]))
+
     def state_dict(self) -> dict:
-        """Current model, server state, the older live versions and normalize_async's sums."""
+        """Current model, server state, the older live versions, normalize_async's sums and the
+        trained updates of jobs not reported yet."""
         cur = self.server.version
         return {
             "params": self.params,
             "server": asdict(self.server),
             "versions": {int(v): p for v, p in self.versions.items() if v != cur},
             "norm": [self.norm.pa_sum, self.norm.p_sum],
+            "trained": {int(key): ({k: t.clone() for k, t in d.items()}, a) for key, (d, a) in self.trained.items()},
         }
 
     def load_state(self, state: dict) -> None:
@@ -131,3 +180,5 @@ class AsyncEngine(SyncEngine):
         self.versions = {int(v): {k: t.to(dev) for k, t in p.items()} for v, p in state["versions"].items()}
         self.versions[self.server.version] = self.params
         self.norm = NormState(*map(float, state["norm"]))
+        self.trained = {int(key): ({k: t.to(dev) for k, t in d.items()}, float(a))
+                        for key, (d, a) in state.get("trained", {}).items()}

@@ -47,7 +47,9 @@ def check_scenario(sc) -> None:
             raise _FieldError("round.deadline", "required for policy deadline")
         if not r.deadline > two_lat:
             raise _FieldError("round.deadline", "must be longer than two latencies (download + upload)")
-    if r.policy in ("wait", "deadline", "async"):
+    if r.policy == "overcommit" and r.clients_per_round is None:
+        raise _FieldError("round.clients_per_round", "required for policy overcommit (K, the uploads kept)")
+    if r.policy in ("wait", "deadline", "overcommit", "async"):
         if r.local_steps is None and r.local_epochs is None:
             raise _FieldError("round.local_steps", f"policy {r.policy} needs local_steps or local_epochs")
     if r.local_steps is not None and r.local_epochs is not None:

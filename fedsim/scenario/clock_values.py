@@ -51,6 +51,7 @@ def round_value(rule, batch_size: int) -> clock_model.RoundRule:
         "window": lambda: cm.Window(rule.window),
         "wait": cm.Wait,
         "deadline": lambda: cm.Deadline(rule.deadline),
+        "overcommit": lambda: cm.Overcommit(rule.overcommit),
         "async": lambda: cm.Async(rule.concurrency, rule.buffer),
     }[rule.policy]()
 

@@ -1,0 +1,268 @@
+"""The heap-based path behind :meth:`fedsim.clock.Clock.tables` for the ``async`` policy.
+
+A job's fate is known when it starts: the client is online then, so its next availability toggle
+is an outage, and the job fails at that toggle iff it comes strictly before the upload ends. The
+server's instants are then the jobs' resolution times (a heap) plus, only while it cannot fill its
+slots, the next time a client comes online. Availability is evaluated lazily: the clients a pick
+draws and the jobs' own clients are looked at (``peek``) from the keyed streams; the population's
+arrays are advanced only at server updates (to count the clients online when jobs started) and
+when the server runs out of candidates. With the ``checkin`` pick rule
+(:mod:`fedsim.clock.checkin`) no step costs O(population) in the common case. It computes exactly
+what ``Simulation._settle`` / ``_async_update`` compute (the tests compare every field).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Iterator
+
+import numpy as np
+
+from .availability import availability_states
+from .checkin import checkin_pick, permutation_pick
+from .model import Traced
+from .plan import JOB_COLUMNS, STATUSES, RoundTable
+from .sim import ClockError
+
+__all__ = ["async_tables"]
+
+INF = math.inf
+_COMPLETED, _DROPPED, _FAILED = (STATUSES.index(s) for s in ("completed", "dropped", "failed"))
+
+
+class _Job:
+    """One async job, its fate decided at its start."""
+
+    __slots__ = ("client", "key", "version", "start", "end", "tau", "status", "down", "up", "available", "done")
+
+    def __init__(self, client, key, version, start, end, tau, status, down, up):
+        self.client, self.key, self.version, self.start, self.end = client, key, version, start, end
+        self.tau, self.status, self.down, self.up = tau, status, down, up
+        self.available = -1
+        self.done = False  # processed by the server (no longer in flight)
+
+
+class _Population:
+    """The availability of every client: arrays advanced lazily, counts of online clients at
+    past instants, and per-client peeks at the current time."""
+
+    def __init__(self, clock):
+        m = self.m = clock.num_clients
+        self.states = availability_states(clock.system.availability, m, clock.seed, lambda: clock.timelines)
+        self.G = 0.0  # the arrays hold the state at time G (toggles <= G applied)
+        if self.states is not None:
+            self.states.advance(0.0)
+            self.count = int(self.states.online.sum())
+        else:
+            self.count = m
+        self.waiting: list[_Job] = []  # jobs whose ``available`` is still to be counted
+
+    def advance(self, t: float) -> None:
+        """Apply every toggle <= t, and count the clients online at each waiting job's start."""
+        st = self.states
+        times, deltas = [], []
+        if st is not None:
+            while True:
+                idx = np.flatnonzero(st.next <= t)
+                if not len(idx):
+                    break
+                times.append(st.next[idx].copy())
+                deltas.append(np.where(st.online[idx], -1, 1))
+                st.online[idx] = ~st.online[idx]
+                st._toggled(idx)
+        if self.waiting:
+            if times:
+                tt, dd = np.concatenate(times), np.concatenate(deltas)
+                order = np.argsort(tt, kind="stable")
+                tt, cum = tt[order], np.cumsum(dd[order])
+                at = np.searchsorted(tt, [j.start for j in self.waiting], side="right")
+                for j, n in zip(self.waiting, at.tolist()):
+                    j.available = self.count + (int(cum[n - 1]) if n else 0)
+            else:
+                for j in self.waiting:
+                    j.available = self.count
+            self.waiting = []
+        if times:
+            self.count += int(sum(int(d.sum()) for d in deltas))
+        self.G = t
+
+    def peek(self, clients: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """(online at t, next toggle after t) of ``clients``."""
+        if self.states is None:
+            return np.ones(len(clients), dtype=bool), np.full(len(clients), INF)
+        if t == self.G:
+            return self.states.online[clients], self.states.next[clients]
+        return self.states.peek(clients, t)
+
+    def online_now(self, t: float) -> np.ndarray:
+        """Every online client at t (sorted); advances the arrays to t."""
+        self.advance(t)
+        if self.states is None:
+            return np.arange(self.m, dtype=np.int64)
+        return np.flatnonzero(self.states.online)
+
+    def next_online(self, t: float) -> float:
+        """When the first client offline at t comes online (inf: never); advances the arrays to t."""
+        self.advance(t)
+        st = self.states
+        if st is None:
+            return INF
+        off = ~st.online
+        return float(st.next[off].min()) if off.any() else INF
+
+
+def async_tables(clock) -> Iterator[RoundTable]:
+    """The plans of ``clock`` (policy async) as tables, server update after server update."""
+    policy, m, seed = clock.rule.policy, clock.num_clients, clock.seed
+    C, K = policy.concurrency, policy.buffer
+    pop = _Population(clock)
+    traced = isinstance(clock.system.availability, Traced)
+    no_slowdown = clock.system.slowdown is None
+    p = clock.p
+    busy = np.zeros(m, dtype=bool)
+    in_flight: dict[int, _Job] = {}  # by key
+    heap: list[tuple[float, int]] = []  # (resolution time, key)
+    pending: list[_Job] = []
+    started: list[tuple[int, int, int]] = []
+    version, seq, arrivals, last_update, zero_streak = 0, 0, 0, 0.0, 0
+    starved = False
+    emitted: list[RoundTable] = []
+
+    def update(now: float) -> None:
+        nonlocal version, arrivals, last_update, pending, started
+        u = version
+        first = min(pending, key=lambda j: (j.start, j.key))
+        if first.available < 0:
+            pop.advance(now)
+        version += 1
+        live = [j.version for j in in_flight.values() if j.end > now or j.status == _COMPLETED]
+        emitted.append(_table(u, last_update, now, pending, min(live + [version]), first.available, tuple(started), p))
+        pending, arrivals, last_update, started = [], 0, now, []
+
+    def fill(now: float) -> bool:
+        """Start jobs in the free slots; True when candidates ran out with slots still free."""
+        nonlocal seq, zero_streak
+        free = C - len(in_flight)
+        if free <= 0:
+            return False
+        if clock.checkin:
+            def is_candidate(cs):
+                return pop.peek(cs, now)[0] & ~busy[cs]
+
+            def everyone():
+                on = pop.online_now(now)
+                return on[~busy[on]]
+
+            pick = checkin_pick(m, free, seed, seq, is_candidate, everyone)
+        else:
+            on = pop.online_now(now)
+            cand = on[~busy[on]]
+            if not len(cand):
+                return True
+            pick = permutation_pick(cand, free, seed, seq)
+        if not len(pick):
+            return True
+        keys = np.arange(seq, seq + len(pick), dtype=np.int64)
+        seq += len(pick)
+        _, nxt = pop.peek(pick, now)
+        jobs = _start(clock, pick, keys, now, nxt, traced, no_slowdown)
+        for j in jobs:
+            j.version = version
+            in_flight[j.key] = j
+            busy[j.client] = True
+            pop.waiting.append(j)
+            heapq.heappush(heap, (j.end, j.key))
+            if j.tau == 0:
+                zero_streak += 1
+                if zero_streak > 1000 * m:
+                    raise ClockError("policy async: no client gets any local steps (tau = 0 for every job)")
+            else:
+                zero_streak = 0
+                started.append((j.client, j.key, j.tau))
+        return len(pick) < free
+
+    def settle(now: float, batch: list[_Job]) -> None:
+        nonlocal arrivals, starved
+        for j in sorted(batch, key=lambda j: j.key):
+            j.done = True
+            del in_flight[j.key]
+            busy[j.client] = False
+            pending.append(j)
+            if j.status == _COMPLETED:
+                arrivals += 1
+                if arrivals == K:
+                    update(now)
+        starved = fill(now)
+
+    settle(0.0, [])
+    last_seen = 0.0
+    while True:
+        while emitted:
+            yield emitted.pop(0)
+        wake = pop.next_online(last_seen) if starved else INF  # starved: the next client to come online
+        t = min(heap[0][0] if heap else INF, wake)
+        if t == INF:
+            raise ClockError(f"the clock stops at t={last_seen:g}: no client is online and none ever comes online again")
+        while True:  # every settle of instant t (a job can start and resolve within it)
+            batch = []
+            while heap and heap[0][0] == t:
+                batch.append(in_flight[heapq.heappop(heap)[1]])
+            settle(t, batch)
+            if not (heap and heap[0][0] == t):
+                break
+        last_seen = t
+
+
+def _start(clock, pick: np.ndarray, keys: np.ndarray, now: float, nxt: np.ndarray, traced: bool,
+           no_slowdown: bool) -> list[_Job]:
+    """Jobs (pick[i], keys[i]) started at ``now``: ``Simulation._start`` for every one, with
+    its fate decided by the client's next toggle ``nxt[i]`` (an outage)."""
+    n = len(pick)
+    down, up = clock.transfers_of(pick)
+    if clock.fixed_work is not None:
+        tau = clock.fixed_work[pick].astype(np.int64)
+    else:
+        tau = np.array([clock.work_cap(int(c), int(k)) for c, k in zip(pick, keys)], dtype=np.int64)
+    slow = 1.0 if no_slowdown else np.array([clock.slowdown(int(c), int(k)) for c, k in zip(pick, keys)])
+    t_d = now + down
+    if traced:
+        slows = np.broadcast_to(slow, (n,))
+        t_c = np.array([clock.rates[c].finish(float(t_d[i]), int(tau[i]), float(slows[i]))
+                        for i, c in enumerate(pick.tolist())])
+    else:
+        t_c = t_d + tau * slow / clock.speed_of(pick)
+    t_u = t_c + up
+    started = tau > 0
+    failed = started & (nxt < t_u)
+    status = np.where(failed, _FAILED, np.where(started, _COMPLETED, _DROPPED))
+    end = np.where(failed, nxt, np.where(started, t_u, now))
+    d = np.where(started & (~failed | (t_d < nxt)), down, 0.0)
+    u = np.where(started & ~failed, up, 0.0)
+    return [_Job(c, k, 0, now, e, t, s, dd, uu) for c, k, e, t, s, dd, uu in
+            zip(pick.tolist(), keys.tolist(), end.tolist(), tau.tolist(), status.tolist(), d.tolist(), u.tolist())]
+
+
+def _table(u: int, open_: float, close: float, jobs: list[_Job], min_live: int, available: int, started: tuple,
+           p: np.ndarray) -> RoundTable:
+    n = len(jobs)
+    client = np.fromiter((j.client for j in jobs), dtype=np.int64, count=n)
+    status = np.fromiter((j.status for j in jobs), dtype=np.int8, count=n)
+    version = np.fromiter((j.version for j in jobs), dtype=np.int64, count=n)
+    cols = {
+        "round": np.full(n, u, dtype=np.int64),
+        "client": client,
+        "status": status,
+        "steps": np.where(status == _COMPLETED, np.fromiter((j.tau for j in jobs), dtype=np.int64, count=n), 0),
+        "start": np.fromiter((j.start for j in jobs), dtype=np.float64, count=n),
+        "end": np.fromiter((j.end for j in jobs), dtype=np.float64, count=n),
+        "key": np.fromiter((j.key for j in jobs), dtype=np.int64, count=n),
+        "version": version,
+        "staleness": u - version,
+        "weight": p[client].astype(np.float64),
+        "count": np.ones(n, dtype=np.int64),
+        "download": np.fromiter((j.down for j in jobs), dtype=np.float64, count=n),
+        "upload": np.fromiter((j.up for j in jobs), dtype=np.float64, count=n),
+    }
+    assert tuple(cols) == JOB_COLUMNS
+    return RoundTable(u, open_, close, min_live, cols, available, started)
