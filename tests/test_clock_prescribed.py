@@ -200,7 +200,7 @@ def test_docs_state_the_numbers():
 
     from fedsim.clock.checkin import CHECKIN_MIN_CLIENTS, checkin_draws
     from fedsim.engine.async_run import PREFETCH_BYTES, PREFETCH_MIN
-    from fedsim.scenario import MAX_OVERCOMMIT
+    from fedsim.scenario.round import MAX_OVERCOMMIT
 
     docs = Path(__file__).resolve().parent.parent / "docs"
     clock, scen, asyn = ((docs / f).read_text() for f in ("clock.md", "scenario.md", "async.md"))
