@@ -24,7 +24,7 @@ from .clock.model import MAX_EPOCHS, MAX_SPEED, MAX_STEPS, MAX_TIME
 from .errors import ScenarioError
 
 from .errors import ScenarioError
-from .limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH
+from .limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH, MIN_DIURNAL_LEVEL, MIN_DIURNAL_PERIOD
 from .scenario_yaml import YamlInputError, load_yaml, read_regular_file
 from .validate import check_device_spec, check_limits, check_names, check_paths, check_run_name
 
@@ -239,6 +239,18 @@ class DiurnalAvailability(_Frozen):
             raise _FieldError("system.availability.trough", "must be <= peak")
         if self.peak == 0:
             raise _FieldError("system.availability.peak", "must be > 0 (else no client is ever online)")
+        # Bounds that keep the thinning of diurnal toggles finite (issue 21.8; fedsim.limits).
+        # trough == 1 (so peak == 1) is "always online" and draws no toggle.
+        if self.peak < MIN_DIURNAL_LEVEL:
+            raise _FieldError("system.availability.peak", f"must be >= {MIN_DIURNAL_LEVEL:g}")
+        if self.trough != 1 and 1 - self.trough < MIN_DIURNAL_LEVEL:
+            raise _FieldError("system.availability.trough", f"must be 1 or at most {1 - MIN_DIURNAL_LEVEL:g}")
+        if self.period < MIN_DIURNAL_PERIOD:
+            raise _FieldError("system.availability.period", f"must be >= {MIN_DIURNAL_PERIOD:g} s")
+        ph = self.phase
+        values = [ph.low, ph.high] if isinstance(ph, Uniform) else list(ph) if isinstance(ph, tuple) else [ph]
+        if any(not abs(x) <= MAX_TIME for x in values):
+            raise _FieldError("system.availability.phase", f"must lie in [-{MAX_TIME:g}, {MAX_TIME:g}] s")
         return self
 
 
