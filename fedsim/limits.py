@@ -64,6 +64,6 @@ MAX_TRACE_ROWS = 10**7
 #: Most rows one Parquet part may declare (fedsim writes at most 131,072 plus one round's clients).
 MAX_PART_ROWS = 2**24
 #: Largest ``fedsim plot --dpi``.
-MAX_DPI = 1000
+MAX_DPI = 600
 #: Longest wait (seconds) for a shared core slot before a run stops taking turns (info.yaml says so).
 MAX_CORE_WAIT_S = 600.0

@@ -32,6 +32,9 @@ class Built:
     cost: WorkCost | None
 
 
+from ..validate import check_compute_steps  # noqa: E402
+
+
 def build_run(sc: Scenario) -> Built:
     """Data, model, algorithm, server state, engine and clock for ``sc``; sets torch's threads.
 
@@ -57,4 +60,5 @@ def build_run(sc: Scenario) -> Built:
     if work.module is not None:
         cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, spec.uses_control_variates,
                          count_flops=sc.system.compute is not None)
+        check_compute_steps(sc, cost.step_flops)  # issue 21.18: needs the model's FLOPs
     return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost), cost)
