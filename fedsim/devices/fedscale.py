@@ -74,9 +74,12 @@ def _regular(path: Path) -> bytes:
         raise FedScaleError(f"{path}: {st.st_size:,} bytes, more than the {MAX_TRACE_BYTES:,} fedsim reads")
     try:
         with open(path, "rb") as f:
-            return f.read(MAX_TRACE_BYTES + 1)[:MAX_TRACE_BYTES]
+            raw = f.read(st.st_size + 1)  # a file grown since stat is caught below
     except OSError as err:
         raise FedScaleError(f"{path}: cannot read ({err.strerror})") from None
+    if len(raw) > MAX_TRACE_BYTES:
+        raise FedScaleError(f"{path}: more than the {MAX_TRACE_BYTES:,} bytes fedsim reads")
+    return raw
 
 
 def read_pickle(path: str | Path) -> Any:
