@@ -82,16 +82,17 @@ def part_files(path: str | Path) -> list[Path]:
 _part_files = part_files
 
 
-def check_part_files(path: str | Path) -> list[Path]:
+def check_part_files(path: str | Path, dense: bool = True) -> list[Path]:
     """The parts of a table folder, each checked to be a regular file (not a symbolic link, not a
-    folder), numbered 0, 1, 2, ... without a gap; else :class:`TableError` naming the entry."""
+    folder) and, with ``dense``, numbered 0, 1, 2, ... without a gap; else :class:`TableError`
+    naming the entry."""
     parts = part_files(path)
     for i, p in enumerate(parts):
         st = os.lstat(p)
         if not stat.S_ISREG(st.st_mode):
             what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
             raise TableError(f"{p}: is {what}; a table part must be a file fedsim wrote")
-        if int(PART_NAME.fullmatch(p.name).group(1)) != i:
+        if dense and int(PART_NAME.fullmatch(p.name).group(1)) != i:
             raise TableError(f"{p}: parts must be numbered part-00000.parquet, part-00001.parquet, ... "
                              f"without a gap (expected part {i:05d} here); it is not fedsim's")
     return parts

@@ -31,7 +31,7 @@ import torch
 from ..checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, load_checkpoint
 from ..records import ClientRecord, RoundRecord, columns
 from ..limits import MAX_SCENARIO_BYTES
-from ..report.parquet import _TMP_NAME, ParquetTableWriter, TableError, check_part_files, cut_parts, part_files, part_columns, part_rows
+from ..report.parquet import _TMP_NAME, ParquetTableWriter, TableError, _open_part, check_part_files, cut_parts, part_files, part_columns, part_rows
 from ..report.tables import TableWriter
 from ..scenario import Scenario, dump_scenario
 from .files import FolderError, safe_component, write_atomic
@@ -94,7 +94,7 @@ def check_entries(out: Path, flag: str = "--out") -> None:
     for name in TABLE_FOLDERS:
         if _kind(out / name, flag, out, stat.S_ISDIR, "a folder"):
             try:
-                check_part_files(out / name)
+                check_part_files(out / name, dense=False)  # gaps: --resume names them; --force deletes
             except TableError as err:
                 raise FolderError(f"{flag} {out}: {err}") from None
             for e in os.listdir(out / name):
@@ -248,15 +248,39 @@ def open_for_resume(
 
 def _check_parts(out: Path, name: str, count: int, cols: list[str], rows: int | None) -> None:
     path = out / name
-    have = part_rows(path) if path.is_dir() else None
+    if path.is_dir():
+        check_part_files(path, dense=False)
+        names = [p.name for p in part_files(path)]
+        if names[:count] != [f"part-{i:05d}.parquet" for i in range(min(count, len(names)))]:
+            raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
+        have = [_open_part(p).metadata.num_rows for p in part_files(path)[:count]] + [0] * max(0, len(names) - count)
+    else:
+        have = None
     if have is None or len(have) < count:
         what = "is missing" if have is None else f"has {len(have)} parts"
         raise FolderError(f"--resume {out}: {name} {what}; its checkpoint needs {count}, cannot resume exactly")
-    if count and part_columns(path) != cols:
+    if count and _open_part(part_files(path)[0]).schema_arrow.names != cols:
         raise FolderError(f"--resume {out}: {name} has other columns than this fedsim writes, cannot resume exactly")
     names = [p.name for p in part_files(path)][:count]
     if names != [f"part-{i:05d}.parquet" for i in range(count)] or (rows is not None and sum(have[:count]) != rows):
         raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
+    if count and not _rounds_in_order(part_files(path)[:count], strict=rows is not None):
+        raise FolderError(f"--resume {out}: {name} has parts out of order (their rounds go back), cannot resume exactly")
+
+
+def _rounds_in_order(parts: list[Path], strict: bool) -> bool:
+    """Whether the ``round`` column runs forward through ``parts`` in order (strictly for the rounds
+    table, one row a round): parts swapped by hand, even with equal row counts, are caught."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    try:
+        col = np.concatenate([pq.read_table(p, columns=["round"]).column("round").to_numpy(zero_copy_only=False)
+                              for p in parts])  # fmt: skip
+    except Exception:  # noqa: BLE001 - unreadable: the column checks above name it
+        return False
+    step = np.diff(col)
+    return bool((step > 0).all() if strict else (step >= 0).all())
 
 
 def _check_table(out: Path, name: str, size: int, cols: list[str], lines: int | None) -> None:
