@@ -243,3 +243,13 @@ def test_generate_never_writes_a_trace_fedsim_refuses(tmp_path, capsys):
     assert _entries(tmp_path) == []
     assert main(["trace", "generate", "--clients", "50", "--sample-ms-sigma", "3", "--out", str(out)]) == 0
     assert len(load_trace(out, 50).clients) == 50
+
+
+def test_a_5000_digit_client_id_in_a_trace_csv_is_one_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(DEV_HEADER + "9" * 5000 + ",0,10,1,0.01,100,100\n")
+    with pytest.raises(TraceError, match="client id of 5000 digits"):
+        load_trace(path, 3)
+    speed = tmp_path / "s.csv"
+    speed.write_text("client,start,end,online,speed\n" + "0" * 4999 + "1,0,10,1,1\n0,0,10,1,1\n")
+    assert len(load_trace(speed, 2).clients) == 2  # leading zeros: still client 1
