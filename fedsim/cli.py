@@ -73,8 +73,9 @@ def _load_checked(args):
     for _, vsc in variants:
         if vsc.system.trace is not None:
             from .clock import load_trace
+            from .validate import check_trace
 
-            load_trace(vsc.system.trace, vsc.data.num_clients)
+            check_trace(vsc, load_trace(vsc.system.trace, vsc.data.num_clients))
     return sc, variants
 
 

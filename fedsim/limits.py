@@ -10,7 +10,9 @@ from __future__ import annotations
 __all__ = [
     "MAX_SCENARIO_BYTES", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "MAX_INT_LITERAL", "MAX_NAME_LENGTH", "MAX_INT",
     "MAX_SEED", "MAX_ROUNDS", "MAX_CLIENTS", "MIN_SPEED", "MAX_SPEED", "MIN_SLOWDOWN", "MAX_SLOWDOWN",
-    "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS",
+    "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS", "MAX_COMPARE_RUNS",
+    "MIN_DIURNAL_PERIOD", "MIN_DIURNAL_LEVEL", "MAX_TRACE_BYTES", "MAX_TRACE_ROWS", "MAX_PART_ROWS", "MAX_DPI",
+    "MAX_CORE_WAIT_S",
 ]
 
 #: Largest scenario file read (bytes).
@@ -48,3 +50,20 @@ MAX_STEPS_PER_JOB = 10**7
 MAX_EPOCHS = 10**4
 #: Most seeds one ``compare`` may run.
 MAX_SEEDS = 10_000
+#: Most runs (cells x seeds) one ``compare`` may plan; counted before any cell is built.
+MAX_COMPARE_RUNS = 10_000
+#: Shortest diurnal ``period`` (seconds).
+MIN_DIURNAL_PERIOD = 1e-3
+#: Smallest diurnal ``peak`` and ``1 - trough`` (unless ``trough`` is 1: always online). The
+#: thinning that draws diurnal toggles needs about 1 / this many candidates per toggle at worst.
+MIN_DIURNAL_LEVEL = 1e-3
+#: Largest trace file read: a trace CSV (``system.trace``) or a FedScale pickle (bytes, 1 GiB).
+MAX_TRACE_BYTES = 2**30
+#: Most data rows of a trace CSV, read or written (``fedsim trace``).
+MAX_TRACE_ROWS = 10**7
+#: Most rows one Parquet part may declare (fedsim writes at most 131,072 plus one round's clients).
+MAX_PART_ROWS = 2**24
+#: Largest ``fedsim plot --dpi``.
+MAX_DPI = 600
+#: Longest wait (seconds) for a shared core slot before a run stops taking turns (info.yaml says so).
+MAX_CORE_WAIT_S = 600.0

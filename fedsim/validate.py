@@ -19,7 +19,7 @@ from .limits import (
 
 __all__ = [
     "NAME_PATTERN", "check_name", "check_names", "check_run_name", "check_limits", "check_paths", "check_device_spec",
-    "check_device_available", "parse_seeds", "check_target",
+    "check_device_available", "parse_seeds", "check_target", "check_runnable", "check_trace", "check_compute_steps",
 ]
 
 #: One folder name: ASCII letters, digits, ``.``, ``_``, ``=``, ``+``, ``-``, starting with a letter
@@ -184,6 +184,53 @@ def check_limits(sc: Any) -> None:
     if rnd.policy == "window":
         _check_window_steps(sc)
     _check_ints(sc.model_dump(), "")
+    check_runnable(sc)
+
+
+def check_runnable(sc: Any) -> None:
+    """What the run would refuse and the field checks do not see (issue 21.18): device compute or
+    network on quadratic data (no model: no FLOPs or bytes); a per-client list of FLOP/s or
+    bandwidths that is not one value per client."""
+    system, m = sc.system, sc.data.num_clients
+    if sc.data.name == "quadratic":
+        for key in ("compute", "network"):
+            if getattr(system, key) is not None:
+                raise ScenarioError(f"system.{key}: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
+    for path, value in (("system.compute.flops", system.compute and system.compute.flops),
+                        ("system.network.down", system.network and system.network.down),
+                        ("system.network.up", system.network and system.network.up)):  # fmt: skip
+        if isinstance(value, tuple) and len(value) != m:
+            raise ScenarioError(f"{path}: needs one value per client ({m}), got {len(value)}")
+
+
+def check_trace(sc: Any, trace: Any) -> None:
+    """A loaded trace the run could not use: under ``wait`` or ``async`` a round needs a client
+    online, so a trace where none of the scenario's clients is ever online is refused."""
+    if sc.round.policy in ("wait", "async") and not any(bool(c.online.any()) for c in trace.clients):
+        raise ScenarioError(f"system.trace: no client is ever online in {trace.path}; policy {sc.round.policy} "
+                            "would wait forever")
+
+
+def check_compute_steps(sc: Any, step_flops: float | None) -> None:
+    """``system.compute`` under ``policy: window``: the steps a window fits, (window - 2 latency) x
+    fastest FLOP/s / step FLOPs, must not exceed ``MAX_STEPS_PER_JOB`` unless capped, as for
+    speeds. Needs the model's step FLOPs, so the run checks it once the model is built (before its
+    folder is touched); ``fedsim validate`` builds no model and cannot."""
+    system, rnd = sc.system, sc.round
+    if system.compute is None or rnd.policy != "window" or not step_flops:
+        return
+    flops, slow = _high(system.compute.flops), 1.0 if system.slowdown is None else _low(system.slowdown)
+    if flops is None or slow is None:
+        return
+    caps = [c for c in (rnd.max_local_steps, _high(rnd.local_steps) if rnd.local_steps is not None else None) if c is not None]
+    if caps and min(caps) <= MAX_STEPS_PER_JOB:
+        return
+    steps = (rnd.window - 2 * system.latency) * flops / step_flops / slow
+    if steps > MAX_STEPS_PER_JOB:
+        raise ScenarioError(
+            f"system.compute.flops: a window fits {steps:.3g} local steps per job at the fastest device "
+            f"({step_flops:.3g} FLOPs a step), more than {MAX_STEPS_PER_JOB:,} (cap with round.max_local_steps)"
+        )
 
 
 def _check_window_steps(sc: Any) -> None:

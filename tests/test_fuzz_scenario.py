@@ -234,3 +234,110 @@ def test_device_and_fifo_trace_paths_exit_2(special, tmp_path):
     code, err = _cli("validate", "s.yaml", cwd=tmp_path)
     assert code == 2
     _assert_0_or_2(code, err)
+
+
+# --------------------------------------------------------------------------- issue 21: the newer surfaces
+# Trace commands, device traces, Parquet parts, compare grids and plot arguments, each under the same
+# contract: exit 0 or 2, one line on 2, within TIMEOUT_S and MEMORY_BYTES. Few examples each: every
+# one is a fresh process.
+import pickle  # noqa: E402
+import tempfile  # noqa: E402
+
+big_numbers = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([10**400, -(10**400), 10**5000 // 10**4990]),
+                        st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([5e-324, 1e308, 5e9, 0, -1]))
+pickle_values = st.recursive(
+    st.one_of(big_numbers, st.text(max_size=4), st.none(), st.booleans()),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.one_of(st.sampled_from(["active", "inactive", "finish_time", "computation",
+                                                                       "communication"]), big_numbers), inner, max_size=4)),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(capacity=pickle_values, behaviour=pickle_values)
+def test_fedscale_import_of_random_pickles_exits_0_or_2(capacity, behaviour, tmp_path):
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    (tmp_path / "cap.pkl").write_bytes(pickle.dumps(capacity))
+    (tmp_path / "beh.pkl").write_bytes(pickle.dumps(behaviour))
+    code, err = _cli("trace", "import-fedscale", "cap.pkl", "beh.pkl", "--out", "t.csv", cwd=tmp_path)
+    _assert_0_or_2(code, err)
+
+
+GENERATE_FLAGS = ["--clients", "--days", "--seed", "--sample-ms-median", "--sample-ms-sigma", "--kbps-sigma",
+                  "--session-start-hours", "--online-hours", "--length-sigma", "--tz-hours"]
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flags=st.dictionaries(st.sampled_from(GENERATE_FLAGS), st.one_of(big_numbers, st.text(max_size=4)), max_size=4),
+       out=st.sampled_from(["t.csv", "", ".", "sub", "sub/t.csv", "missing/t.csv"]))
+def test_trace_generate_with_random_arguments_exits_0_or_2(flags, out, tmp_path):
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    (tmp_path / "sub").mkdir()
+    args = ["trace", "generate", "--clients", "3", "--out", out]
+    for flag, value in flags.items():
+        args += [f"{flag}={value}"]
+    code, err = _cli(*args, cwd=tmp_path)
+    _assert_0_or_2(code, err)
+
+
+cells = st.one_of(big_numbers.map(str), st.sampled_from(["", "x", "1e999", "-0", "00000000000000000000001", "9" * 5000]))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.lists(cells, min_size=6, max_size=7), min_size=0, max_size=4))
+def test_random_device_traces_exit_0_or_2(rows, tmp_path):
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    text = "client,start,end,online,sample_seconds,down_kbps,up_kbps\n" + "".join(",".join(r) + "\n" for r in rows)
+    (tmp_path / "t.csv").write_text(text)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**GOOD, "system": {"trace": "t.csv"}}))
+    code, err = _cli("validate", "s.yaml", cwd=tmp_path)
+    _assert_0_or_2(code, err)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(0, 400), flips=st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), max_size=4),
+       name=st.sampled_from(["part-00000.parquet", "part-00001.parquet", "part-99999.parquet"]))
+def test_damaged_parquet_parts_exit_0_or_2(cut, flips, name, tmp_path):
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table_dir = tmp_path / "run" / "rounds.parquet"
+    table_dir.mkdir(parents=True)
+    good = table_dir / "part-00000.parquet"
+    pq.write_table(pa.table({"round": [0, 1], "sim_time": [1.0, 2.0], "test_acc": [0.5, 0.6]}), good)
+    data = bytearray(good.read_bytes())
+    for pos, byte in flips:
+        data[pos % len(data)] = byte
+    (table_dir / name).write_bytes(bytes(data[: max(cut, len(data) - cut)]))
+    (tmp_path / "run" / "scenario.yaml").write_text(yaml.safe_dump(GOOD))
+    code, err = _cli("plot", "run", "--out", "fig", cwd=tmp_path)
+    _assert_0_or_2(code, err)
+
+
+grid_values = st.one_of(st.text(st.sampled_from(list("[]{}&*a,:1.-e ")), max_size=40), big_numbers.map(str),
+                        st.sampled_from(["&a [*a]", "[" * 5000 + "]" * 5000, "9" * 4400, "0.1,0.2,0.3"]))
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.sampled_from(["algorithm.lr", "round.window", "system.speed", "x.y"]), value=grid_values)
+def test_compare_grid_values_exit_0_or_2(key, value, tmp_path):
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**GOOD, "rounds": 1}))
+    code, err = _cli("compare", "s.yaml", "--grid", f"{key}={value}", "--out", "c", "--quiet", cwd=tmp_path)
+    _assert_0_or_2(code, err.strip().splitlines()[-1] if code == 2 and err.strip() else err)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(target=st.one_of(st.none(), big_numbers.map(str), st.sampled_from(["nan", "inf", "-inf", "0.5"])),
+       dpi=st.one_of(st.none(), st.integers(-(2**40), 2**40)), rounds=st.one_of(st.none(), st.integers(-(2**40), 2**40)))
+def test_plot_arguments_exit_0_or_2(target, dpi, rounds, tmp_path):
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    (tmp_path / "run").mkdir()
+    args = ["plot", "run", "--out", "fig"]
+    for flag, value in (("--target", target), ("--dpi", dpi), ("--rounds", rounds)):
+        if value is not None:
+            args.append(f"{flag}={value}")
+    code, err = _cli(*args, cwd=tmp_path)
+    _assert_0_or_2(code, err)

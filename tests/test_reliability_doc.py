@@ -34,3 +34,32 @@ def test_doc_examples_match_the_constants():
 
     assert MEMORY_BYTES == 2**30 and TIMEOUT_S == 15
     assert limits.MAX_SCENARIO_BYTES == 16 * 2**20 and "(16 MiB)" in text
+
+
+def test_symlink_and_shared_folder_rules_match_the_code():
+    """The names, patterns and values the run-folder, Parquet and core-slot sections state."""
+    import inspect
+
+    from fedsim.devices import population
+    from fedsim.engine import threads
+    from fedsim.report import parquet
+    from fedsim.run import folder
+
+    text = " ".join(DOC.read_text().split())
+    for name in folder.FILES + (folder.LOCK,) + tuple(f"{t}/" for t in folder.TABLE_FOLDERS):
+        assert f"`{name}`" in text, name
+    assert parquet.PART_NAME.fullmatch("part-00000.parquet") and parquet.PART_NAME.fullmatch("part-123456.parquet")
+    for stranger in ("part-notes.parquet", "part-1.parquet"):  # the doc's examples of files left alone
+        assert not parquet.PART_NAME.fullmatch(stranger) and f"`{stranger}`" in text
+    assert not parquet.PART_NAME.fullmatch("part-0000.parquet")
+    assert "(`part-NNNNN.parquet`, five or more digits)" in text
+    assert parquet._TMP_NAME.fullmatch(".part-abc_12.tmp") and "(`.part-*.tmp`)" in text
+    assert threads.SLOTS.name.startswith("fedsim-cores-") and "`<tempdir>/fedsim-cores-<uid>`" in text
+    src = inspect.getsource(threads)
+    assert "os.mkdir(folder, 0o700)" in src and "mode `0o700`" in text
+    assert "st.st_mode & 0o022" in src and "writable by nobody else" in text
+    for value in ('"turns"', '"unused"', "bypassed: "):
+        assert value in src
+    assert "`turns`" in text and "`unused`" in text and "`bypassed: <why>`" in text
+    assert population.MAX_DAYS == int(limits.MAX_SECONDS // 86400) and "`MAX_SECONDS` / 86400" in text
+    assert "mode `0o666` less the umask" in text and "0o666" in inspect.getsource(__import__("fedsim.devices.traceio", fromlist=["x"]))

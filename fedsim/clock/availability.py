@@ -173,7 +173,8 @@ class DiurnalStates(_ToggleArrays):
         self.j = np.zeros(n, dtype=np.int64)  # candidates drawn
         self.t = np.zeros(n)  # time of the last candidate
         self.next = np.full(n, INF)
-        self._find(np.arange(n, dtype=np.int64))
+        if d.trough < 1:  # trough == peak == 1: always online (p0 = 1), no toggle to find
+            self._find(np.arange(n, dtype=np.int64))
 
     def pi(self, idx: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Target online probability of clients ``idx`` (positions) at times t."""
@@ -216,11 +217,14 @@ class DiurnalTimeline:
     def __init__(self, d, seed: int, client: int, phase: float):
         self.args = (d, seed, np.array([client], dtype=np.int64), np.array([phase], dtype=np.float64))
         self.initial = bool(DiurnalStates(*self.args).online[0])
+        self.changes = d.trough < 1  # trough == 1: always online
 
     def toggles(self) -> Iterator[float]:
         st = DiurnalStates(*self.args)
         while True:
             t = float(st.next[0])
+            if t == INF:
+                return
             st.advance(t)
             yield t
 

@@ -59,6 +59,7 @@ from fedsim.errors import ScenarioError
 
 from .availability import cycle_times
 from .draws import whole_steps
+from ..limits import MAX_TRACE_BYTES, MAX_TRACE_ROWS
 from .model import MAX_SPEED, MAX_TIME
 
 #: Largest device id a device trace may use (ids are dense, 0..N-1).
@@ -139,6 +140,8 @@ def _read_regular(path: str | Path, name: str) -> str:
         raise _fail(name, None, "is a directory, not a trace file")
     if not stat.S_ISREG(st.st_mode):
         raise _fail(name, None, "not a regular file (a device, FIFO or socket)")
+    if st.st_size > MAX_TRACE_BYTES:
+        raise _fail(name, None, f"{st.st_size:,} bytes, more than the {MAX_TRACE_BYTES:,} fedsim reads")
     try:
         return Path(path).read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
     except UnicodeDecodeError:
@@ -157,6 +160,7 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
     rows: dict[int, list[tuple[float, float, bool, float, int]]] = {c: [] for c in range(num_clients)}
     bandwidth: dict[int, tuple[float, float]] = {}
     device = False
+    count = 0
     while True:
         try:
             row = next(reader)
@@ -174,10 +178,17 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
             continue
         if len(cells) != len(index):
             raise _fail(name, line, f"expected {len(index)} values, got {len(cells)}")
+        count += 1
+        if count > MAX_TRACE_ROWS:
+            raise _fail(name, line, f"more than {MAX_TRACE_ROWS:,} rows")
         get = {col: cells[i] for col, i in index.items()}
         c_text = get["client"]
         if not (c_text.isascii() and c_text.isdigit()):
-            raise _fail(name, line, f"client must be a non-negative integer, got {c_text!r}")
+            raise _fail(name, line, f"client must be a non-negative integer, got {c_text[:40]!r}")
+        if len(c_text) > len(str(MAX_DEVICES)):
+            c_text = c_text.lstrip("0") or "0"
+            if len(c_text) > len(str(MAX_DEVICES)):
+                raise _fail(name, line, f"client id of {len(c_text)} digits is past the largest id {MAX_DEVICES}")
         c = int(c_text)
         if c >= num_clients and not device:
             known = f"the scenario has {num_clients} clients: 0..{num_clients - 1}"
@@ -212,6 +223,19 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
     # order, as imported from FedScale), so a population larger than the trace cycles over it.
     devices = max((c for c, r in rows.items() if r), default=-1) + 1 if device else num_clients
     if device:
+        if devices == 0:
+            raise _fail(name, None, "no intervals (a device trace needs at least one row)")
+        have = sum(1 for r in rows.values() if r)
+        if have < devices:  # ids are dense 0..N-1: name the first missing ones before allocating N lists
+            gaps = []
+            for c in range(devices):
+                if not rows.get(c):
+                    gaps.append(c)
+                    if len(gaps) > 10:
+                        break
+            listed = ", ".join(map(str, gaps[:10])) + (", ..." if devices - have > 10 else "")
+            raise _fail(name, None, f"no intervals for client(s) {listed} (device ids must be 0..{devices - 1}, "
+                                    "every one with at least one row)")
         rows = {c: rows.get(c, []) for c in range(devices)}
     clients = []
     missing = [c for c, r in rows.items() if not r]

@@ -121,6 +121,7 @@ def run_compare(
         base_raw, out=out, algorithms=algorithms, policies=policies, seeds=seeds, grid=grid,
         overrides=overrides, variants=variants, base_dir=base_dir,
     )
+    check_compare_out(out, force)
     log = log or (lambda line: None)
     for n in notes:
         log(n)
@@ -186,6 +187,37 @@ def run_compare(
     return CompareResult(out, runs_df, summary_df, ran, skipped, failed, notes)
 
 
+#: The files ``fedsim compare`` writes directly in its folder (with their ``*.tmp``).
+OUT_FILES = (MANIFEST, "runs.csv", "summary.csv")
+
+
+def check_compare_out(out: Path, force: bool) -> None:
+    """Refuse (ScenarioError, before anything is run or written) a comparison folder where one of
+    its files (``compare.yaml``, ``runs.csv``, ``summary.csv`` and their ``*.tmp``) is a symbolic
+    link or not a regular file, or that holds ``runs.csv`` / ``summary.csv`` without a
+    ``compare.yaml`` (not a comparison's: someone else's files) unless ``force``."""
+    import stat
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ScenarioError(f"--out {out}: exists and is not a folder")
+    present = []
+    for name in OUT_FILES + tuple(f + ".tmp" for f in OUT_FILES):
+        try:
+            mode = os.lstat(out / name).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(mode):
+            raise ScenarioError(f"--out {out}: {name} is a symbolic link; fedsim never writes through a link (remove it)")
+        if not stat.S_ISREG(mode):
+            raise ScenarioError(f"--out {out}: {name} is not a regular file (move it away)")
+        present.append(name)
+    if not force and MANIFEST not in present and {"runs.csv", "summary.csv"} & set(present):
+        raise ScenarioError(f"--out {out}: holds runs.csv or summary.csv but no {MANIFEST}, so not a fedsim "
+                            "comparison; use --force to replace them")
+
+
 def _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides, variants) -> None:
     manifest = {
         "scenario": src,
@@ -204,6 +236,6 @@ def _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, g
             for r in runs
         ],
     }
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(yaml.safe_dump(manifest, sort_keys=False))
-    os.replace(tmp, out / MANIFEST)
+    from ..run.files import write_atomic
+
+    write_atomic(out / MANIFEST, yaml.safe_dump(manifest, sort_keys=False).encode())

@@ -18,7 +18,9 @@ from typing import Any, Sequence
 import yaml
 
 from ..report.results import format_value
+from ..limits import MAX_COMPARE_RUNS
 from ..scenario import Scenario, ScenarioError, apply_overrides, parse_scenario, set_dotted
+from ..scenario_yaml import YamlInputError, load_yaml
 from ..validate import check_names
 
 __all__ = ["Cell", "CompareRun", "split_values", "parse_grid", "plan_compare"]
@@ -64,9 +66,13 @@ def split_values(text: str) -> list[str]:
     return [v for v in out if v != ""]
 
 
-def _yaml_value(text: str) -> Any:
+def _yaml_value(text: str, where: str) -> Any:
+    """A grid value parsed by the scenario loader (its depth, node and number bounds), as ``--set``
+    values are; text that is not YAML stays a string."""
     try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
+    except YamlInputError as err:
+        raise ScenarioError(f"{where}: {err}") from None
     except yaml.YAMLError:
         return text
 
@@ -81,7 +87,7 @@ def parse_grid(items: Sequence[str]) -> dict[str, list]:
         key = key.strip()
         if not key or not all(key.split(".")):
             raise ScenarioError(f"--grid {item}: empty key")
-        vals = [_yaml_value(v) for v in split_values(values)]
+        vals = [_yaml_value(v, f"--grid {key}") for v in split_values(values)]
         if not vals:
             raise ScenarioError(f"--grid {item}: no values")
         if key in grid:
@@ -196,6 +202,11 @@ def plan_compare(
     seeds = list(seeds) if seeds else [int(raw.get("seed", 0))]
     if len(set(seeds)) != len(seeds):
         raise ScenarioError("--seeds: repeated seed")
+    count = max(1, len(algorithms or ())) * max(1, len(policies or ())) * max(1, len(all_variants or {})) * len(seeds)
+    for values in (grid or {}).values():
+        count *= len(values)
+    if count > MAX_COMPARE_RUNS:
+        raise ScenarioError(f"compare: the grid makes {count:,} runs (cells x seeds), more than {MAX_COMPARE_RUNS:,}")
     cells, keys, notes = _cells(raw, algorithms, policies, dict(grid or {}), all_variants)
     if not cells:
         raise ScenarioError("compare: no valid (algorithm, policy) combination in the grid")

@@ -18,8 +18,10 @@ def add_trace_parser(sub) -> None:
     imp.add_argument("capacity", help="FedScale client_device_capacity pickle")
     imp.add_argument("behavior", help="FedScale client_behave_trace pickle")
     imp.add_argument("--out", required=True, help="trace CSV to write")
+    imp.add_argument("--force", action="store_true", help="replace an existing --out file")
     gen = tsub.add_parser("generate", help="draw a FedScale-shaped population from a seed")
     gen.add_argument("--out", required=True, help="trace CSV to write")
+    gen.add_argument("--force", action="store_true", help="replace an existing --out file")
     from .population import PopulationSpec
 
     for f in fields(PopulationSpec):
@@ -35,15 +37,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.trace_command == "import-fedscale":
         from .fedscale import import_fedscale
 
-        n = import_fedscale(args.capacity, args.behavior, args.out)
+        n = import_fedscale(args.capacity, args.behavior, args.out, force=args.force)
         print(f"{args.out}: {n} devices from FedScale")
         return 0
-    from pathlib import Path
-
     from .population import PopulationSpec, write_population
+    from .traceio import check_out
 
-    if not Path(args.out).resolve().parent.is_dir():
-        raise ScenarioError(f"--out {args.out}: folder does not exist")
+    check_out(args.out, args.force)
     values = {f.name: getattr(args, f.name) for f in fields(PopulationSpec)}
     try:
         spec = PopulationSpec(**values)

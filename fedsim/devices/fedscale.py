@@ -23,6 +23,11 @@ lists, numbers and strings), so a file cannot run code. Anything else -- a class
 layout, a missing key, a number that is not finite and > 0 (times: >= 0), sessions out of order
 or past ``finish_time``, a path that is not a regular file -- raises :class:`FedScaleError`, one
 line naming the file and the key; nothing is written.
+
+Bounds (docs/reliability.md): a pickle of at most ``MAX_TRACE_BYTES``; client ids that fit in 64
+bits; what the trace reader accepts (``computation / 1000`` in [1 / MAX_SPEED, MAX_SECONDS] s,
+``communication`` and ``finish_time`` at most MAX_SECONDS); at most ``MAX_TRACE_ROWS`` rows in
+all, counted before anything is written. Error messages show a value only when it is short.
 """
 
 from __future__ import annotations
@@ -36,9 +41,10 @@ import stat
 from pathlib import Path
 from typing import Any, Iterator
 
+from fedsim.limits import MAX_INT, MAX_SECONDS, MAX_SPEED, MAX_TRACE_BYTES, MAX_TRACE_ROWS
 from fedsim.scenario import ScenarioError
 
-from .traceio import number, write_atomic
+from .traceio import check_out, number, write_atomic
 
 __all__ = ["FedScaleError", "read_pickle", "import_fedscale"]
 
@@ -64,7 +70,16 @@ def _regular(path: Path) -> bytes:
         raise FedScaleError(f"{path}: no such file") from None
     if not stat.S_ISREG(st.st_mode):
         raise FedScaleError(f"{path}: not a regular file")
-    return path.read_bytes()
+    if st.st_size > MAX_TRACE_BYTES:
+        raise FedScaleError(f"{path}: {st.st_size:,} bytes, more than the {MAX_TRACE_BYTES:,} fedsim reads")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(st.st_size + 1)  # a file grown since stat is caught below
+    except OSError as err:
+        raise FedScaleError(f"{path}: cannot read ({err.strerror})") from None
+    if len(raw) > MAX_TRACE_BYTES:
+        raise FedScaleError(f"{path}: more than the {MAX_TRACE_BYTES:,} bytes fedsim reads")
+    return raw
 
 
 def read_pickle(path: str | Path) -> Any:
@@ -79,13 +94,28 @@ def read_pickle(path: str | Path) -> Any:
         raise FedScaleError(f"{path}: not a readable pickle ({type(err).__name__})") from None
 
 
+def _show(x: Any) -> str:
+    """A short description of a value for an error message (never a huge or deep repr)."""
+    if isinstance(x, int) and not isinstance(x, bool) and x.bit_length() > 64:
+        return f"an integer of about {int(x.bit_length() * 0.30103) + 1} digits"
+    if isinstance(x, (bool, int, float)) or (isinstance(x, str) and len(x) <= 40):
+        return repr(x)
+    return f"a {type(x).__name__}"
+
+
 def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    if isinstance(x, int):
+        return abs(x) <= MAX_INT  # a larger int would overflow float()
+    return math.isfinite(x)
 
 
-def _positive(path: Path, key: str, x: Any) -> float:
+def _positive(path: Path, key: str, x: Any, low: float = 0.0, high: float = MAX_SECONDS) -> float:
     if not _is_num(x) or not x > 0:
-        raise FedScaleError(f"{path}: {key}: must be a finite number > 0, got {x!r}")
+        raise FedScaleError(f"{path}: {key}: must be a finite number > 0, got {_show(x)}")
+    if not low <= float(x) <= high:
+        raise FedScaleError(f"{path}: {key}: must be in [{low:g}, {high:g}], got {_show(x)}")
     return float(x)
 
 
@@ -94,7 +124,9 @@ def _entries(path: Path, obj: Any, what: str) -> list[tuple[int, dict]]:
         raise FedScaleError(f"{path}: not a FedScale {what} trace (expected a non-empty dict of client_id -> dict)")
     for cid, v in obj.items():
         if not isinstance(cid, int) or isinstance(cid, bool):
-            raise FedScaleError(f"{path}: client_id {cid!r}: must be an integer")
+            raise FedScaleError(f"{path}: client_id {_show(cid)}: must be an integer")
+        if abs(cid) > MAX_INT:
+            raise FedScaleError(f"{path}: client_id {_show(cid)}: must fit in 64 bits")
         if not isinstance(v, dict):
             raise FedScaleError(f"{path}: {cid}: expected a dict, got {type(v).__name__}")
     return sorted(obj.items())
@@ -104,7 +136,8 @@ def _capacity(path: Path, cid: int, v: dict) -> tuple[float, float]:
     for key in ("computation", "communication"):
         if key not in v:
             raise FedScaleError(f"{path}: {cid}.{key}: missing")
-    comp = _positive(path, f"{cid}.computation", v["computation"])
+    # the trace reader's bounds: sample_seconds = computation / 1000 in [1 / MAX_SPEED, MAX_SECONDS]
+    comp = _positive(path, f"{cid}.computation", v["computation"], 1000 / MAX_SPEED, 1000 * MAX_SECONDS)
     return comp, _positive(path, f"{cid}.communication", v["communication"])
 
 
@@ -118,20 +151,20 @@ def _sessions(path: Path, cid: int, v: dict) -> tuple[list[tuple[float, float]],
             raise FedScaleError(f"{path}: {cid}.{key}: must be a list, got {type(seq).__name__}")
     if len(act) != len(ina):
         raise FedScaleError(f"{path}: {cid}.inactive: {len(ina)} entries for {len(act)} in active")
-    finish = _positive(path, f"{cid}.finish_time", v["finish_time"])
+    finish = _positive(path, f"{cid}.finish_time", v["finish_time"])  # at most MAX_SECONDS
     out: list[tuple[float, float]] = []
     prev = 0.0
     for k, (a, b) in enumerate(zip(act, ina)):
         for key, x in (("active", a), ("inactive", b)):
             if not _is_num(x) or x < 0:
-                raise FedScaleError(f"{path}: {cid}.{key}[{k}]: must be a finite number >= 0, got {x!r}")
+                raise FedScaleError(f"{path}: {cid}.{key}[{k}]: must be a finite number >= 0, got {_show(x)}")
         if not prev <= a < b:
             raise FedScaleError(
                 f"{path}: {cid}.active[{k}]: sessions must be increasing and non-empty "
                 f"(active {a!r}, inactive {b!r}, previous end {prev!r})"
             )
         if b > finish:
-            raise FedScaleError(f"{path}: {cid}.inactive[{k}]: {b!r} is past finish_time {finish!r}")
+            raise FedScaleError(f"{path}: {cid}.inactive[{k}]: {_show(b)} is past finish_time {finish!r}")
         out.append((float(a), float(b)))
         prev = float(b)
     return out, finish
@@ -150,20 +183,34 @@ def _rows(client: int, sessions: list[tuple[float, float]], finish: float, cap: 
         yield f"{client},{number(t)},{number(finish)},0,{tail}"
 
 
-def import_fedscale(capacity: str | Path, behaviour: str | Path, out: str | Path) -> int:
+def _row_count(path: Path, entries: list[tuple[int, dict]]) -> int:
+    """At most this many rows (2 per session + 1 per device), refused past ``MAX_TRACE_ROWS``
+    before anything is written (a small pickle can share one long session list among many
+    devices)."""
+    total = 0
+    for _, v in entries:
+        act = v.get("active")
+        total += 2 * (len(act) if isinstance(act, list) else 0) + 1
+        if total > MAX_TRACE_ROWS:
+            raise FedScaleError(f"{path}: would make more than {MAX_TRACE_ROWS:,} trace rows; fedsim reads no larger trace")
+    return total
+
+
+def import_fedscale(capacity: str | Path, behaviour: str | Path, out: str | Path, *, force: bool = False) -> int:
     """Convert FedScale's capacity and behaviour pickles into a fedsim trace CSV at ``out``.
 
     Entries are checked as they are written to a temporary file in ``out``'s folder, which is
-    renamed to ``out`` only when all passed: the file appears whole or not at all.
+    renamed to ``out`` only when all passed: the file appears whole or not at all. An existing
+    ``out`` is replaced only with ``force`` (:func:`fedsim.devices.traceio.check_out`).
 
     Returns:
         The number of devices written (the behaviour entries).
     """
-    capacity, behaviour, out = Path(capacity), Path(behaviour), Path(out)
-    if not Path(out.parent if str(out.parent) else ".").is_dir():
-        raise FedScaleError(f"--out {out}: folder {out.parent} does not exist")
+    capacity, behaviour = Path(capacity), Path(behaviour)
     caps = [_capacity(capacity, cid, v) for cid, v in _entries(capacity, read_pickle(capacity), "capacity")]
     entries = _entries(behaviour, read_pickle(behaviour), "behaviour")
+    _row_count(behaviour, entries)
+    out = check_out(out, force)
 
     def rows() -> Iterator[str]:  # checked entry by entry while the temporary file is written
         for i, (cid, v) in enumerate(entries):

@@ -29,6 +29,8 @@ from typing import Iterator
 
 import numpy as np
 
+from fedsim.errors import ScenarioError
+from fedsim.limits import MAX_CLIENTS, MAX_SECONDS, MAX_SEED, MAX_SIGMA, MAX_SPEED, MAX_TRACE_ROWS
 from fedsim.rng import stream
 
 from .traceio import number, write_atomic
@@ -36,6 +38,12 @@ from .traceio import number, write_atomic
 __all__ = ["PopulationSpec", "population_rows", "write_population"]
 
 DAY = 86400.0
+#: Most days: the period (days x 86400 s) stays within MAX_SECONDS, the trace reader's bound.
+MAX_DAYS = int(MAX_SECONDS // DAY)
+
+
+def _short(v) -> str:
+    return repr(v) if abs(v) < 10**30 else f"an integer of {len(str(abs(v)))} digits"
 
 
 @dataclass(frozen=True)
@@ -57,17 +65,27 @@ class PopulationSpec:
     length_sigma: float = 0.3
 
     def __post_init__(self) -> None:
-        for key in ("clients", "days"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"--{key}: must be >= 1, got {getattr(self, key)}")
-        for key in ("sample_ms_median", "down_kbps_median", "up_kbps_median", "online_hours"):
+        # The bounds of validation and of the trace reader (fedsim.limits): what is generated can be read.
+        for key, high in (("clients", MAX_CLIENTS), ("days", MAX_DAYS), ("seed", MAX_SEED)):
+            v = getattr(self, key)
+            if not (1 if key != "seed" else 0) <= v <= high:
+                raise ValueError(f"--{key}: must be in [{1 if key != 'seed' else 0}, {high}], got {_short(v)}")
+        if self.clients * (2 * self.days + 1) > MAX_TRACE_ROWS:
+            raise ValueError(f"--clients {self.clients} x --days {self.days}: up to {self.clients * (2 * self.days + 1):,} "
+                             f"rows, more than the {MAX_TRACE_ROWS:,} fedsim reads")
+        hours = MAX_SECONDS / 3600
+        for key, low, high in (("sample_ms_median", 1000 / MAX_SPEED, 1000 * MAX_SECONDS), ("down_kbps_median", 0, MAX_SECONDS),
+                               ("up_kbps_median", 0, MAX_SECONDS), ("online_hours", 0, hours)):  # fmt: skip
             v = getattr(self, key)
             if not (np.isfinite(v) and v > 0):
                 raise ValueError(f"--{key.replace('_', '-')}: must be a finite number > 0, got {v}")
-        for key in ("sample_ms_sigma", "kbps_sigma", "tz_hours", "jitter_hours", "length_sigma", "session_start_hours"):
+            if not low <= v <= high:
+                raise ValueError(f"--{key.replace('_', '-')}: must be in [{low:g}, {high:g}], got {v}")
+        for key, high in (("sample_ms_sigma", MAX_SIGMA), ("kbps_sigma", MAX_SIGMA), ("tz_hours", hours),
+                          ("jitter_hours", hours), ("length_sigma", MAX_SIGMA), ("session_start_hours", hours)):  # fmt: skip
             v = getattr(self, key)
-            if not (np.isfinite(v) and v >= 0):
-                raise ValueError(f"--{key.replace('_', '-')}: must be a finite number >= 0, got {v}")
+            if not (np.isfinite(v) and 0 <= v <= high):
+                raise ValueError(f"--{key.replace('_', '-')}: must be a finite number in [0, {high:g}], got {v}")
 
 
 def _sessions(spec: PopulationSpec) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +118,14 @@ def _merged(starts: list[float], ends: list[float]) -> list[tuple[float, float]]
     return out
 
 
+def _drawn_in_bounds(x: np.ndarray, low: float, high: float, what: str, unit: str, flag: str) -> None:
+    """ScenarioError unless every drawn value can be read back (the trace reader's bounds)."""
+    bad = x[~((x > low) & (x <= high))] if low == 0 else x[~((x >= low) & (x <= high))]
+    if len(bad):
+        raise ScenarioError(f"{flag}: drew {what} of {bad[0]:g} {unit}, outside [{low:g}, {high:g}] that fedsim "
+                            "reads; lower the sigma or move the median")
+
+
 def population_rows(spec: PopulationSpec) -> Iterator[str]:
     """The trace rows (without header) of the population ``spec``, client after client."""
     n = spec.clients
@@ -107,6 +133,9 @@ def population_rows(spec: PopulationSpec) -> Iterator[str]:
     sample_s = spec.sample_ms_median * np.exp(spec.sample_ms_sigma * z) / 1000.0
     z = np.exp(spec.kbps_sigma * stream(spec.seed, "population-bandwidth").standard_normal(n))
     down, up = spec.down_kbps_median * z, spec.up_kbps_median * z
+    _drawn_in_bounds(sample_s, 1 / MAX_SPEED, MAX_SECONDS, "a per-sample time", "s", "--sample-ms-sigma")
+    for kbps in (down, up):
+        _drawn_in_bounds(kbps, 0.0, MAX_SECONDS, "a bandwidth", "kbit/s", "--kbps-sigma")
     start, end = _sessions(spec)
     period = spec.days * DAY
     for i in range(n):

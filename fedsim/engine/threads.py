@@ -15,12 +15,20 @@ and 2 threads). Runs sharing a machine are kept from slowing each other beyond t
 <uid>/cpu-<id>``) as it has threads, so two runs on the same cores take turns round by round
 instead of oversubscribing them; and ``import fedsim`` sets ``GOMP_SPINCOUNT=10000`` so that
 waiting OpenMP threads sleep instead of spinning.
+
+The slot folder is trusted only when it is a plain folder (not a symbolic link) owned by this
+user and writable by nobody else; its files are opened relative to it with ``O_NOFOLLOW`` (a
+link planted in it is never followed). Otherwise, and when a slot stays taken for more than
+``MAX_CORE_WAIT_S`` seconds (another user's or a stuck process's lock), the run stops taking
+turns and runs on; ``info.yaml`` (``threads.core_slots``) says why. Results never depend on it.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 import tempfile
 import time
 from contextlib import contextmanager
@@ -28,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from .. import limits
 from .workload import Workload
 
 __all__ = [
@@ -45,7 +54,8 @@ __all__ = [
 #: Per-core lock files of the runs of this user on this machine (another user's runs are not seen).
 SLOTS = Path(tempfile.gettempdir()) / f"fedsim-cores-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
-_state: dict = {"rule": None, "cpus": None, "files": {}, "held": False, "waited": 0.0, "rounds": 0}
+_state: dict = {"rule": None, "cpus": None, "files": {}, "held": False, "waited": 0.0, "rounds": 0, "dir": None,
+                "bypass": None}
 
 
 def cgroup_cpus(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
@@ -162,21 +172,89 @@ def set_threads(pinned: int | None, work: Workload, chunk: int) -> int:
     return n
 
 
-def _slot(cpu: int):
-    """This process's open lock file of core ``cpu`` (kept open; None without fcntl)."""
-    if cpu not in _state["files"]:
+def _bypass(reason: str) -> None:
+    """Stop taking turns for the rest of this process (``info.yaml`` records ``reason``)."""
+    if _state["bypass"] is None:
+        _state["bypass"] = reason
+
+
+def _slot_dir() -> int | None:
+    """An open descriptor of the slot folder once it is checked (created ``0o700`` if missing): a
+    folder, not a symbolic link, owned by this user, writable by nobody else; else None (and the
+    run bypasses the slots)."""
+    folder = Path(SLOTS)
+    cached = _state.get("dir")
+    if cached is not None and cached[0] == folder:
+        return None if cached[1] < 0 else cached[1]
+    _state["dir"] = (folder, -1)
+    try:
         try:
-            SLOTS.mkdir(mode=0o700, parents=True, exist_ok=True)
-            _state["files"][cpu] = open(SLOTS / f"cpu-{cpu}", "a")
-        except OSError:
-            _state["files"][cpu] = None
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as err:
+        bad = err.errno in (errno.ELOOP, errno.ENOTDIR)
+        _bypass(f"{folder} is not a plain folder" if bad else f"{folder}: {err.strerror}")
+        return None
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISDIR(st.st_mode):
+        problem = "is not a plain folder"
+    elif hasattr(os, "getuid") and st.st_uid != os.getuid():
+        problem = f"is owned by uid {st.st_uid}, not by this user"
+    elif st.st_mode & 0o022:
+        problem = "is writable by other users"
+    if problem:
+        os.close(fd)
+        _bypass(f"{folder} {problem}")
+        return None
+    _state["dir"] = (folder, fd)
+    return fd
+
+
+def _slot(cpu: int):
+    """This process's open lock file (descriptor) of core ``cpu`` in the checked slot folder,
+    kept open; None when the slots are bypassed (a link or anything but a regular file there
+    bypasses them too)."""
+    if cpu not in _state["files"]:
+        fd, dirfd = None, _slot_dir()
+        if dirfd is not None:
+            try:
+                fd = os.open(f"cpu-{cpu}", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600, dir_fd=dirfd)
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)
+                    fd = None
+                    _bypass(f"{SLOTS}/cpu-{cpu} is not a regular file")
+            except OSError as err:
+                fd = None
+                _bypass(f"{SLOTS}/cpu-{cpu}: {err.strerror}")
+        _state["files"][cpu] = fd
     return _state["files"][cpu]
+
+
+def _wait_lock(fd: int, deadline: float) -> bool:
+    """Take the lock of ``fd``, polling until ``deadline`` (``time.monotonic``); False if it
+    stayed taken."""
+    import fcntl
+
+    pause = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(0.05, pause * 2)
 
 
 def _acquire(threads: int) -> list:
     """Lock ``threads`` core slots. One: the first free one (last core first), else wait for the
     last; more: the lowest ``threads`` cores, waiting in increasing order (ordered locking: runs
-    never wait on each other in a cycle)."""
+    never wait on each other in a cycle). A wait longer than ``MAX_CORE_WAIT_S`` releases what is
+    held, bypasses the slots from then on and returns nothing."""
     import fcntl
 
     if _state["cpus"] is None:  # once per process
@@ -194,11 +272,20 @@ def _acquire(threads: int) -> list:
                 continue
         cpus = cpus[-1:]
     held = []
+    deadline = time.monotonic() + limits.MAX_CORE_WAIT_S
     for cpu in cpus[: max(1, threads)]:
         f = _slot(cpu)
-        if f is not None:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            held.append(f)
+        if f is None:
+            break
+        if not _wait_lock(f, deadline):
+            _bypass(f"a core slot stayed taken for more than {limits.MAX_CORE_WAIT_S:g} s "
+                    f"(round {_state['rounds'] + 1} of this process); ran without turns from then on")
+            break
+        held.append(f)
+    if _state["bypass"] is not None:
+        for f in reversed(held):
+            fcntl.flock(f, fcntl.LOCK_UN)
+        return []
     return held
 
 
@@ -215,7 +302,8 @@ def hold_cores(device: torch.device):
         yield
         return
     off = os.environ.get("FEDSIM_HOLD_CORES", "1") == "0"
-    if off or device.type != "cpu" or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 or _state["held"]:
+    if (off or device.type != "cpu" or int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 or _state["held"]
+            or _state["bypass"] is not None):
         yield
         return
     t = time.perf_counter()
@@ -233,8 +321,9 @@ def hold_cores(device: torch.device):
 
 def threads_info() -> dict:
     """What the policy chose, for info.yaml: threads, rule (pinned | one | budget), usable cores,
-    budget, OpenMP wait policy, and the seconds ``hold_cores`` waited for other runs (over how many
-    rounds)."""
+    budget, OpenMP wait policy, the seconds ``hold_cores`` waited for other runs (over how many
+    rounds), and ``core_slots``: ``turns`` (the shared slots were used), ``unused`` (GPU, torchrun,
+    ``FEDSIM_HOLD_CORES=0``) or ``bypassed: <why>``."""
     return {
         "threads": torch.get_num_threads(),
         "rule": _state["rule"] or "unset",
@@ -244,4 +333,5 @@ def threads_info() -> dict:
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
         "waited_for_cores_s": round(_state["waited"], 3),
         "held_rounds": _state["rounds"],
+        "core_slots": f"bypassed: {_state['bypass']}" if _state["bypass"] else "turns" if _state["rounds"] else "unused",
     }

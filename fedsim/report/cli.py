@@ -30,8 +30,14 @@ def cmd_plot(args) -> int:
     for d in args.dirs:
         if not Path(d).is_dir():
             raise ScenarioError(f"{d}: no such folder")
-    if args.first_rounds < 1:
-        raise ScenarioError("--rounds: must be >= 1")
+    from ..limits import MAX_DPI, MAX_ROUNDS
+    from ..validate import check_target
+
+    if not 1 <= args.first_rounds <= MAX_ROUNDS:
+        raise ScenarioError(f"--rounds: must be in [1, {MAX_ROUNDS:,}]")
+    if not 1 <= args.dpi <= MAX_DPI:
+        raise ScenarioError(f"--dpi {args.dpi}: must be in [1, {MAX_DPI}]")
+    check_target(args.target)
     out = Path(args.out) if args.out else Path(args.dirs[0]) / "figures"
     try:
         files = plot_dir(args.dirs, out, target=args.target, first_rounds=args.first_rounds, dpi=args.dpi)

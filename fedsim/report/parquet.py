@@ -23,9 +23,14 @@ becomes float with NaN, as ``pandas.read_csv`` reads the CSV table.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from ..errors import ScenarioError
+from ..limits import MAX_PART_ROWS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,8 +38,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ParquetTableWriter", "read_table", "has_table", "cut_parts", "table_path", "part_columns", "part_rows",
-    "COLUMN_TYPES",
+    "COLUMN_TYPES", "PART_NAME", "TableError", "part_files", "check_part_files",
 ]
+
+#: The name of a part file: ``part-`` and its number (at least five digits), ``.parquet``.
+#: Only entries with such a name are parts; anything else in a table folder is left alone.
+PART_NAME = re.compile(r"part-([0-9]{5,9})\.parquet")
+#: fedsim's temporary part files (a part being written; deleted by :func:`cut_parts`).
+_TMP_NAME = re.compile(r"\.part-[A-Za-z0-9_]+\.tmp")
+
+
+class TableError(ScenarioError):
+    """A table folder or part that fedsim cannot read as its own (exit 2, one line naming it)."""
 
 #: pyarrow type names of the known columns of rounds and clients tables.
 COLUMN_TYPES = {
@@ -56,23 +71,57 @@ def has_table(folder: str | Path, name: str) -> bool:
     return table_path(folder, name).is_dir() or (Path(folder) / f"{name}.csv").is_file()
 
 
-def _part_files(path: Path) -> list[Path]:
-    return sorted(Path(path).glob("part-*.parquet"))
+def part_files(path: str | Path) -> list[Path]:
+    """The entries of a table folder named like parts (:data:`PART_NAME`), in part-number order
+    (whatever they are: :func:`check_part_files` checks them)."""
+    path = Path(path)
+    found = [(int(m.group(1)), path / e) for e in os.listdir(path) if (m := PART_NAME.fullmatch(e))]
+    return [p for _, p in sorted(found)]
+
+
+_part_files = part_files
+
+
+def check_part_files(path: str | Path, dense: bool = True) -> list[Path]:
+    """The parts of a table folder, each checked to be a regular file (not a symbolic link, not a
+    folder) and, with ``dense``, numbered 0, 1, 2, ... without a gap; else :class:`TableError`
+    naming the entry."""
+    parts = part_files(path)
+    for i, p in enumerate(parts):
+        st = os.lstat(p)
+        if not stat.S_ISREG(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise TableError(f"{p}: is {what}; a table part must be a file fedsim wrote")
+        if dense and int(PART_NAME.fullmatch(p.name).group(1)) != i:
+            raise TableError(f"{p}: parts must be numbered part-00000.parquet, part-00001.parquet, ... "
+                             f"without a gap (expected part {i:05d} here); it is not fedsim's")
+    return parts
+
+
+def _open_part(p: Path):
+    """The ``pyarrow.parquet.ParquetFile`` of part ``p``, its footer checked (readable, at most
+    :data:`MAX_PART_ROWS` rows); else :class:`TableError` naming the part."""
+    import pyarrow.parquet as pq
+
+    try:
+        f = pq.ParquetFile(p)
+        rows = f.metadata.num_rows
+    except Exception as err:  # noqa: BLE001 - arrow's many errors for a damaged file: one line
+        raise TableError(f"{p}: not a readable Parquet part ({type(err).__name__})") from None
+    if not 0 <= rows <= MAX_PART_ROWS:
+        raise TableError(f"{p}: declares {rows} rows, more than a part holds ({MAX_PART_ROWS:,})")
+    return f
 
 
 def part_columns(path: str | Path) -> list[str] | None:
     """The column names of a table folder (its first part's schema; None when it has no part)."""
-    import pyarrow.parquet as pq
-
-    parts = _part_files(path)
-    return pq.read_schema(parts[0]).names if parts else None
+    parts = check_part_files(path)
+    return _open_part(parts[0]).schema_arrow.names if parts else None
 
 
 def part_rows(path: str | Path) -> list[int]:
     """The row count of each part of a table folder, in order (from the parts' footers)."""
-    import pyarrow.parquet as pq
-
-    return [pq.ParquetFile(p).metadata.num_rows for p in _part_files(path)]
+    return [_open_part(p).metadata.num_rows for p in check_part_files(path)]
 
 
 def _array(values: Any, type_):
@@ -195,6 +244,17 @@ class ParquetTableWriter:
         self._batches, self._waiting = [], 0
 
 
+def _read_part(p: Path):
+    f = _open_part(p)
+    try:
+        table = f.read()
+    except Exception as err:  # noqa: BLE001
+        raise TableError(f"{p}: not a readable Parquet part ({type(err).__name__})") from None
+    if table.num_rows != f.metadata.num_rows:
+        raise TableError(f"{p}: holds {table.num_rows} rows where its footer says {f.metadata.num_rows}")
+    return table
+
+
 def cut_parts(path: str | Path, count: int) -> None:
     """Delete the parts of a table folder past the first ``count`` (and stray temporary files)."""
     path = Path(path)
@@ -202,8 +262,9 @@ def cut_parts(path: str | Path, count: int) -> None:
         return
     for p in _part_files(path)[count:]:
         p.unlink()
-    for p in path.glob(".part-*.tmp"):
-        p.unlink()
+    for e in os.listdir(path):
+        if _TMP_NAME.fullmatch(e):
+            (path / e).unlink()
 
 
 def read_table(folder: str | Path, name: str) -> pd.DataFrame:
@@ -220,5 +281,5 @@ def read_table(folder: str | Path, name: str) -> pd.DataFrame:
 
         if not files:
             return pd.DataFrame()
-        return pa.concat_tables([pq.read_table(p) for p in files]).to_pandas()
+        return pa.concat_tables([_read_part(p) for p in check_part_files(path)]).to_pandas()
     return pd.read_csv(Path(folder) / f"{name}.csv")

@@ -16,7 +16,7 @@ from ..engine.threads import set_threads, thread_budget
 from ..engine.train import auto_chunk
 from ..engine.workload import build_workload, resolve_device
 from ..scenario import Scenario
-from ..validate import check_device_available
+from ..validate import check_compute_steps, check_device_available
 from .clock import build_clock
 
 __all__ = ["Built", "build_run", "adopt_clients"]
@@ -68,6 +68,7 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     if work.module is not None:
         cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, spec.uses_control_variates,
                          count_flops=sc.system.compute is not None)
+        check_compute_steps(sc, cost.step_flops)  # issue 21.18: needs the model's FLOPs
     return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost), cost)
 
 

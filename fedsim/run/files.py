@@ -35,10 +35,14 @@ def safe_component(name: str, key: str) -> str:
 
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that it is either the old file or the new one, never a mix:
-    write ``NAME.tmp``, fsync it, rename it over ``path`` and fsync the folder."""
+    write ``NAME.tmp`` (never through a symbolic link), fsync it, rename it over ``path`` (a link
+    there is replaced, not followed) and fsync the folder."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    # O_NOFOLLOW: a symbolic link planted at NAME.tmp is refused (ELOOP), never written through;
+    # 0o666 and the umask give the file the mode any other output gets.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

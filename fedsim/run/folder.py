@@ -10,12 +10,18 @@ Which folders are accepted:
   as the checkpoint records);
 - any other non-empty folder only with ``--force``, which again deletes only fedsim's own files
   and leaves everything else in place.
+
+Every check runs before anything is deleted or written, and a folder where one of fedsim's names
+(its files, ``run.lock``, the table folders and the parts in them) is a symbolic link or not the
+kind of entry fedsim writes there is refused whatever the flags (:func:`check_entries`): a run
+never follows a link out of its folder and never half-deletes before it fails.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Collection, Iterator
@@ -24,13 +30,14 @@ import torch
 
 from .checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, load_checkpoint
 from ..records import ClientRecord, RoundRecord, columns
-from ..report.parquet import ParquetTableWriter, cut_parts, part_columns, part_rows
+from ..limits import MAX_SCENARIO_BYTES
+from ..report.parquet import _TMP_NAME, ParquetTableWriter, TableError, _open_part, check_part_files, cut_parts, part_files, part_columns, part_rows
 from ..report.tables import TableWriter
 from ..scenario import Scenario, dump_scenario
 from .files import FolderError, safe_component, write_atomic
 
 __all__ = [
-    "FILES", "TABLE_FOLDERS", "LOCK", "stored_format", "default_out", "variant_folder", "check_folder",
+    "FILES", "TABLE_FOLDERS", "LOCK", "check_entries", "stored_format", "default_out", "variant_folder", "check_folder",
     "check_unlocked", "locked", "prepare_folder", "open_for_resume", "table_columns", "Tables", "write_partition", "save_model", "info_text",
 ]
 
@@ -57,25 +64,80 @@ def variant_folder(base: Path, variant: str) -> Path:
     return Path(base) / safe_component(variant, f"variants.{variant}")
 
 
+def _kind(path: Path, flag: str, out: Path, is_kind, what: str) -> bool:
+    """Whether ``path`` exists (not following a link); FolderError when it is a symbolic link or
+    not ``what``."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        raise FolderError(f"{flag} {out}: cannot read {path.name} ({err.strerror})") from None
+    if stat.S_ISLNK(mode):
+        raise FolderError(f"{flag} {out}: {path.relative_to(out)} is a symbolic link; fedsim never follows a "
+                          "link out of its folder (remove it)")
+    if not is_kind(mode):
+        raise FolderError(f"{flag} {out}: {path.relative_to(out)} is not {what}; fedsim writes {what} there (move it away)")
+    return True
+
+
+def check_entries(out: Path, flag: str = "--out") -> None:
+    """Refuse (:class:`FolderError`) a folder where one of fedsim's names is a symbolic link or
+    not what fedsim writes there: its files, their ``*.tmp``, ``run.lock`` (regular files), the
+    table folders (folders) and the parts and temporary parts in them (regular files, numbered
+    without a gap). Reads only; every run, ``--force`` and ``--resume`` included, checks this
+    before it deletes or writes anything."""
+    if not out.is_dir():
+        return
+    for name in FILES + tuple(f + ".tmp" for f in FILES) + (LOCK,):
+        _kind(out / name, flag, out, stat.S_ISREG, "a regular file")
+    for name in TABLE_FOLDERS:
+        if _kind(out / name, flag, out, stat.S_ISDIR, "a folder"):
+            try:
+                check_part_files(out / name, dense=False)  # gaps: --resume names them; --force deletes
+            except TableError as err:
+                raise FolderError(f"{flag} {out}: {err}") from None
+            for e in os.listdir(out / name):
+                if _TMP_NAME.fullmatch(e):
+                    _kind(out / name / e, flag, out, stat.S_ISREG, "a regular file")
+
+
+def _stored_scenario(out: Path) -> str | None:
+    """The text of ``out/scenario.yaml`` (None when it is too large to be fedsim's)."""
+    path = out / "scenario.yaml"
+    if path.stat().st_size > MAX_SCENARIO_BYTES:
+        return None
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def check_folder(sc: Scenario, out: Path, *, force: bool = False, resume: bool = False) -> None:
     """Refuse (:class:`FolderError`) a folder this run may not use; reads only."""
     flag = "--resume" if resume else "--out"
     if out.exists() and not out.is_dir():
         raise FolderError(f"{flag} {out}: exists and is not a folder")
+    check_entries(out, flag)
     if resume:
         stored = out / "scenario.yaml"
         if not stored.is_file():
             raise FolderError(f"--resume {out}: no run there (no scenario.yaml)")
-        if stored.read_text() != dump_scenario(sc):
+        if _stored_scenario(out) != dump_scenario(sc):
             raise FolderError(f"--resume {out}: holds a different scenario's run")
         return
-    if force or not out.exists():
+    if not out.exists():
+        return
+    if force:
+        for folder in (out, *(out / n for n in TABLE_FOLDERS if (out / n).is_dir())):
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise FolderError(f"--out {folder}: not writable; --force cannot replace the run there")
         return
     if not (out / "scenario.yaml").is_file() or not _has_rounds(out):
         if any(p.name not in _LEFTOVERS for p in out.iterdir()):
             raise FolderError(f"--out {out}: not empty and not a fedsim run folder; use --force to write fedsim's files into it")
         return
-    if (out / "scenario.yaml").read_text() != dump_scenario(sc):
+    if _stored_scenario(out) != dump_scenario(sc):
         raise FolderError(f"--out {out}: holds a different scenario's run; use --force to replace it")
     raise FolderError(f"--out {out}: already holds this scenario's run; use --resume to continue or --force")
 
@@ -96,17 +158,19 @@ def stored_format(out: Path, ck: dict | None) -> str | None:
 
 def check_unlocked(out: Path) -> None:
     """Refuse a folder another process holds the lock of (a left-over lock file is fine)."""
-    if (out / LOCK).is_file():
+    if _kind(out / LOCK, "--out", out, stat.S_ISREG, "a regular file"):
         with locked(out):
             pass
 
 
 @contextmanager
 def locked(out: Path) -> Iterator[None]:
-    """Hold the folder's lock (creating the folder if needed) for the ``with`` block."""
+    """Hold the folder's lock (creating the folder if needed) for the ``with`` block; a lock file
+    that is a symbolic link is refused, never followed (``O_NOFOLLOW``)."""
     try:
         out.mkdir(parents=True, exist_ok=True)
-        fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        _kind(out / LOCK, "--out", out, stat.S_ISREG, "a regular file")
+        fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     except OSError as err:
         raise FolderError(f"--out {out}: cannot use this folder ({err.strerror or type(err).__name__})") from None
     try:
@@ -184,15 +248,39 @@ def open_for_resume(
 
 def _check_parts(out: Path, name: str, count: int, cols: list[str], rows: int | None) -> None:
     path = out / name
-    have = part_rows(path) if path.is_dir() else None
+    if path.is_dir():
+        check_part_files(path, dense=False)
+        names = [p.name for p in part_files(path)]
+        if names[:count] != [f"part-{i:05d}.parquet" for i in range(min(count, len(names)))]:
+            raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
+        have = [_open_part(p).metadata.num_rows for p in part_files(path)[:count]] + [0] * max(0, len(names) - count)
+    else:
+        have = None
     if have is None or len(have) < count:
         what = "is missing" if have is None else f"has {len(have)} parts"
         raise FolderError(f"--resume {out}: {name} {what}; its checkpoint needs {count}, cannot resume exactly")
-    if count and part_columns(path) != cols:
+    if count and _open_part(part_files(path)[0]).schema_arrow.names != cols:
         raise FolderError(f"--resume {out}: {name} has other columns than this fedsim writes, cannot resume exactly")
-    names = sorted(p.name for p in path.glob("part-*.parquet"))[:count]
+    names = [p.name for p in part_files(path)][:count]
     if names != [f"part-{i:05d}.parquet" for i in range(count)] or (rows is not None and sum(have[:count]) != rows):
         raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
+    if count and not _rounds_in_order(part_files(path)[:count], strict=rows is not None):
+        raise FolderError(f"--resume {out}: {name} has parts out of order (their rounds go back), cannot resume exactly")
+
+
+def _rounds_in_order(parts: list[Path], strict: bool) -> bool:
+    """Whether the ``round`` column runs forward through ``parts`` in order (strictly for the rounds
+    table, one row a round): parts swapped by hand, even with equal row counts, are caught."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    try:
+        col = np.concatenate([pq.read_table(p, columns=["round"]).column("round").to_numpy(zero_copy_only=False)
+                              for p in parts])  # fmt: skip
+    except Exception:  # noqa: BLE001 - unreadable: the column checks above name it
+        return False
+    step = np.diff(col)
+    return bool((step > 0).all() if strict else (step >= 0).all())
 
 
 def _check_table(out: Path, name: str, size: int, cols: list[str], lines: int | None) -> None:

@@ -13,6 +13,7 @@ from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from ..clock import model as cm
 from ..clock.model import MAX_TIME
+from ..limits import MIN_DIURNAL_LEVEL, MIN_DIURNAL_PERIOD
 from .base import _FieldError, _Frozen
 from .distributions import Constant, Dist, LogNormal, RandInt, Uniform, dist_low
 
@@ -48,6 +49,18 @@ class DiurnalAvailability(_Frozen):
             raise _FieldError("system.availability.trough", "must be <= peak")
         if self.peak == 0:
             raise _FieldError("system.availability.peak", "must be > 0 (else no client is ever online)")
+        # Bounds that keep the thinning of diurnal toggles finite (issue 21.8; fedsim.limits).
+        # trough == 1 (so peak == 1) is "always online" and draws no toggle.
+        if self.peak < MIN_DIURNAL_LEVEL:
+            raise _FieldError("system.availability.peak", f"must be >= {MIN_DIURNAL_LEVEL:g}")
+        if self.trough != 1 and 1 - self.trough < MIN_DIURNAL_LEVEL:
+            raise _FieldError("system.availability.trough", f"must be 1 or at most {1 - MIN_DIURNAL_LEVEL:g}")
+        if self.period < MIN_DIURNAL_PERIOD:
+            raise _FieldError("system.availability.period", f"must be >= {MIN_DIURNAL_PERIOD:g} s")
+        ph = self.phase
+        values = [ph.low, ph.high] if isinstance(ph, Uniform) else list(ph) if isinstance(ph, tuple) else [ph]
+        if any(not abs(x) <= MAX_TIME for x in values):
+            raise _FieldError("system.availability.phase", f"must lie in [-{MAX_TIME:g}, {MAX_TIME:g}] s")
         return self
 
 
