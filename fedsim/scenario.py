@@ -417,6 +417,7 @@ class RoundConfig(_Frozen):
     max_local_steps: int | None = Field(None, ge=1)
     clients_per_round: int | None = Field(None, ge=1)
     sampling: Literal["uniform", "weighted"] = "uniform"
+    weights: Literal["normalized", "unbiased"] = "normalized"  # uniform sampling's w_i (docs/algorithms.md)
     # asynchronous policy
     concurrency: int | None = Field(None, ge=1)
     buffer: int = Field(1, ge=1)
@@ -449,7 +450,7 @@ class RoundConfig(_Frozen):
             work = cm.Epochs(dist(self.local_epochs), batch_size)
         else:
             work = None
-        return cm.RoundRule(policy, work, self.max_local_steps, self.clients_per_round, self.sampling)
+        return cm.RoundRule(policy, work, self.max_local_steps, self.clients_per_round, self.sampling, self.weights)
 
 
 class AlgorithmConfig(_Frozen):

@@ -230,6 +230,9 @@ class RoundRule:
     max_local_steps: int | None = None
     clients_per_round: int | None = None
     sampling: Literal["uniform", "weighted"] = "uniform"
+    #: uniform sampling's aggregation weights: p_i over the selected clients' sum (``normalized``)
+    #: or p_i m / q (``unbiased``); docs/algorithms.md
+    weights: Literal["normalized", "unbiased"] = "normalized"
 
 
 # --------------------------------------------------------------------------- clients and work

@@ -244,7 +244,8 @@ class Simulation:
                 give_up = t_open + policy.deadline if isinstance(policy, Deadline) else INF
             was_online = list(self.online)
             online = np.flatnonzero(was_online)
-            chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, clock.p, clock.seed, r)
+            chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, clock.p, clock.seed, r,
+                                        rule.weights)
             runs = [
                 self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k), len(online))
                 for c, k, w in zip(chosen, counts, weights)
