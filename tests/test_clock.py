@@ -484,6 +484,24 @@ def test_event_log():
     ]
 
 
+def test_wait_round_closes_when_every_selected_client_has_uploaded_or_failed():
+    """Issue 19 point 2: client 1 fails at 2.7, after the last survivor's upload (2.0). The server
+    cannot know at 2.0 that client 1 will fail, so the round closes at 2.7, not 2.0."""
+    log = []
+    clock = make(speed=(2.0, 1.0), latency=0.5, availability=((), ((2.7, 4.0),)), policy="wait", local_steps=2)
+    (plan,) = take(clock, 1, log)
+    assert log == [
+        (0.0, "start", 0, 0), (0.0, "start", 1, 0),
+        (0.5, "download", 0, 0), (0.5, "download", 1, 0),
+        (1.5, "compute", 0, 0),
+        (2.0, "upload", 0, 0),  # the last client that will not fail has uploaded: the round stays open
+        (2.5, "compute", 1, 0),
+        (2.7, "offline", 1, None), (2.7, "failed", 1, 0),
+        (2.7, "start", 0, 1),  # round 1 opens at the failure, without client 1 (offline in [2.7, 4))
+    ]
+    assert (plan.open, plan.close) == (0.0, 2.7)
+
+
 def test_round_table_roundtrip_and_job_defaults():
     plan = take(make(speed=(1.0, 0.01), latency=0.5, policy="window", window=10.0, fast=False), 1)[0]
     table = plan.table()
