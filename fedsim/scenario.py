@@ -323,6 +323,9 @@ class SystemConfig(_Frozen):
     availability: Availability = "always"
     trace: str | None = None
     trace_repeat: Literal["cycle", "last"] = "cycle"
+    # issue 19: FedScale's online test and job rule (docs/devices.md), and the bytes of one transfer
+    trace_semantics: Literal["fedsim", "fedscale"] = "fedsim"
+    payload_bytes: Annotated[int, Field(gt=0, le=10**15)] | Literal["fedscale_pickle"] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -361,6 +364,10 @@ class SystemConfig(_Frozen):
             raise _FieldError("system.compute", "give speed or compute, not both")
         if self.trace is not None and self.compute is not None:
             raise _FieldError("system.compute", "a trace gives the speed; give either a trace or compute")
+        if self.trace_semantics != "fedsim" and self.trace is None:
+            raise _FieldError("system.trace_semantics", "only with system.trace")
+        if self.payload_bytes is not None and self.trace is None and self.network is None:
+            raise _FieldError("system.payload_bytes", "only with system.network or system.trace (transfers to time)")
         return self
 
     def value(self, batch_size: int = 32) -> clock_model.System:
@@ -369,7 +376,7 @@ class SystemConfig(_Frozen):
         cm = clock_model
         av = self.availability
         if self.trace is not None:
-            compute = availability = cm.Traced(self.trace, self.trace_repeat, batch_size)
+            compute = availability = cm.Traced(self.trace, self.trace_repeat, batch_size, self.trace_semantics)
         else:
             compute = cm.Speed(_per_client_value(self.speed)) if self.compute is None \
                 else cm.Flops(_per_client_value(self.compute.flops))
@@ -611,6 +618,8 @@ class Scenario(_Frozen):
             raise _FieldError("model.name", "quadratic model needs quadratic data")
         if self.system.trace is not None and av != "always":
             raise _FieldError("system.availability", "give either a trace or availability, not both")
+        if self.system.trace_semantics == "fedscale" and r.policy == "async":
+            raise _FieldError("system.trace_semantics", "fedscale applies to window, wait and deadline rounds, not async")
         _check_model_fits_data(self.data.name, self.model_name, self.data.dim)
         from .algorithms.spec import SpecError, resolve
 

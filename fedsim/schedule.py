@@ -89,7 +89,7 @@ def _work_cost(sc: Scenario):
     shape = tuple(ds.input_shape)
     module = build_model(sc.model_name, shape, ds.num_classes, hidden=sc.model.hidden)
     return work_cost(module, shape, sc.algorithm.batch_size, resolve(sc.algorithm).uses_control_variates,
-                     count_flops=s.compute is not None)
+                     count_flops=s.compute is not None, payload=s.payload_bytes)
 
 
 def _write_tables(clock, rounds: int, out: Path) -> None:

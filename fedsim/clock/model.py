@@ -130,6 +130,10 @@ class Traced:
     path: str
     repeat: Literal["cycle", "last"] = "cycle"
     batch_size: int = 32  # device traces: one local step is 3 x batch_size samples' time
+    #: ``fedsim``: online iff inside a row, any outage fails a running job, steps accrue only while
+    #: online; ``fedscale``: FedScale's stateful session index, a job fails only if its client is
+    #: offline at its completion, and it computes at its online speed throughout (fedsim.clock.trace)
+    semantics: Literal["fedsim", "fedscale"] = "fedsim"
 
 
 @dataclass(frozen=True)
