@@ -74,10 +74,12 @@ class Clock:
             clients = trace.clients
             if trace.device:  # samples per second -> local steps per second
                 samples = 3 * tr.batch_size
-                clients = tuple(replace(t, speed=t.speed / samples) for t in clients)
+                clients = tuple(replace(t, speed=t.speed / samples,
+                                        sessions=tuple((a, b, sp / samples) for a, b, sp in t.sessions))
+                                for t in clients)
             self._rates = [TraceRate(t, tr.repeat) for t in clients]
             if tr.semantics == "fedscale":  # FedScale: the job computes at its speed throughout
-                self._rates = [ConstantRate(t.mean_speed) for t in clients]
+                self._rates = [ConstantRate(t.session_speed) for t in clients]
                 self.sessions = clients  # Simulation keeps one SessionIndex per client
             self._timelines = [TraceTimeline(t, tr.repeat) for t in clients]
             self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in clients), m, self.seed, "speed")

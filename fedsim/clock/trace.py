@@ -92,8 +92,8 @@ class ClientTrace:
     bp: np.ndarray  # n + 1 breakpoints, bp[0] = 0, bp[n] = P
     online: np.ndarray  # n bools
     speed: np.ndarray  # n floats
-    #: the online rows (start, end) in time order, zero-length ones included (FedScale's sessions)
-    sessions: tuple[tuple[float, float], ...] = ()
+    #: the online rows (start, end, speed) in time order, zero-length ones included (FedScale's sessions)
+    sessions: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def period(self) -> float:
@@ -104,6 +104,14 @@ class ClientTrace:
         """Time-weighted mean speed while online over one period (0 if never online)."""
         dur = np.diff(self.bp) * self.online
         return float((dur * self.speed).sum() / dur.sum()) if dur.sum() > 0 else 0.0
+
+    @property
+    def session_speed(self) -> float:
+        """``mean_speed``, or with no online time (zero-length sessions only) the sessions' mean
+        speed: the speed a job runs at under ``trace_semantics: fedscale`` (0: no sessions)."""
+        if self.mean_speed > 0 or not self.sessions:
+            return self.mean_speed
+        return float(np.mean([sp for _, _, sp in self.sessions]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,7 +283,7 @@ def _header(name: str, line: int, cells: list[str]) -> dict[str, int]:
 
 def _client_trace(ivs: list[tuple[float, float, bool, float, int]]) -> ClientTrace:
     bp, online, speed = [0.0], [], []
-    sessions = tuple((s, e) for s, e, on, _, _ in ivs if on)
+    sessions = tuple((s, e, sp) for s, e, on, sp, _ in ivs if on)
     for s, e, on, sp, _ in ivs:
         if s == e:  # a zero-length session: no online time (kept in ``sessions`` only)
             continue
@@ -304,8 +312,8 @@ class SessionIndex:
     __slots__ = ("active", "inactive", "period", "k")
 
     def __init__(self, trace: ClientTrace):
-        self.active = [a for a, _ in trace.sessions]
-        self.inactive = [b for _, b in trace.sessions]
+        self.active = [a for a, _, _ in trace.sessions]
+        self.inactive = [b for _, b, _ in trace.sessions]
         self.period = trace.period
         self.k = 0
 
