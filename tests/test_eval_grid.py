@@ -94,3 +94,37 @@ def test_killed_then_resumed_writes_the_same_grid(policy, fault, tmp_path, write
     assert main(["run", str(path), "--resume", str(out), "--quiet"]) == 0
     for f in ("evals.csv", "rounds.csv", "clients.csv"):
         assert (out / f).read_bytes() == (ref / f).read_bytes(), f
+
+
+def test_summary_reads_the_grid_first_grid_time_reached():
+    """With evals.csv, accuracies come from the grid and time to target is the first grid time
+    reaching it (no interpolation); rounds.csv alone keeps the interpolated crossing."""
+    from fedsim.report.summary import run_summary
+
+    rounds = pd.DataFrame({"round": [0, 1, 2], "sim_time": [4.0, 9.0, 15.0], "test_acc": [0.2, 0.5, 0.9],
+                           "test_loss": [2.0, 1.0, 0.5], "train_loss": [2.1, 1.1, 0.6], "diverged": [0, 0, 0]})
+    evals = pd.DataFrame({"sim_time": [5.0, 10.0, 15.0], "round": [0, 1, 2], "test_acc": [0.2, 0.5, 0.9],
+                          "test_loss": [2.0, 1.0, 0.5], "train_loss": [2.1, 1.1, 0.6]})
+    plain = run_summary(rounds, 0.7)
+    assert plain["time_to_target"] == 9.0 + (0.7 - 0.5) / (0.9 - 0.5) * 6.0
+    grid = run_summary(rounds, 0.7, evals)
+    assert grid["time_to_target"] == 15.0 and grid["final_acc"] == 0.9 and grid["sim_time"] == 15.0
+    assert run_summary(rounds, 0.5, evals)["time_to_target"] == 10.0
+
+
+def test_compare_summary_and_plots_use_the_grid(tmp_path, write_yaml):
+    from fedsim.report.plots import plot_dir
+    from fedsim.report.results import summarize
+
+    raw = {**scenario("window"), "rounds": 5,
+           "variants": {"window": {}, "wait": {"round.policy": "wait", "round.local_steps": 5}}}
+    out = tmp_path / "runs"
+    assert main(["run", str(write_yaml(raw)), "--out", str(out), "--quiet"]) == 0
+    runs, _ = summarize(out, 0.3, write=False)
+    for row in runs.itertuples():
+        evals = pd.read_csv(out / row.cell / "evals.csv")
+        assert row.final_acc == evals["test_acc"].iloc[-1]
+        hit = evals[evals["test_acc"] >= 0.3]
+        assert (math.isnan(row.time_to_target) and hit.empty) or row.time_to_target == hit["sim_time"].iloc[0]
+    names = [p.name for p in plot_dir(out, tmp_path / "fig", target=0.3, per_cell=False)]
+    assert "acc_vs_time.png" in names and "time_to_target.png" in names
