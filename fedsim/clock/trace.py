@@ -28,8 +28,8 @@ with '#' and blank lines are ignored). **Speed traces**::
   download takes latency + model_kbit / down_kbps, an upload latency + upload_kbit / up_kbps, with
   kbit = bytes x 8 / 1024 (FedScale's units; the bytes come from the model, ``WorkCost``).
 * Device traces list devices 0 .. N-1 (every one with an interval); fedsim client i replays
-  device i mod N, so a population larger than the trace cycles over it (FedScale's assignment of
-  devices to clients in ascending id order).
+  device i mod N, so a population larger than the trace cycles over it (which devices these are
+  is decided when the trace is written: ``fedsim trace import-fedscale --assign``).
 * Steps complete by integrating the speed over time (piecewise constant), divided by the job's
   slowdown factor if ``system.slowdown`` is set.
 * A client's period P is its last ``end``. Beyond it, ``system.trace_repeat`` decides:
