@@ -366,6 +366,9 @@ class SystemConfig(_Frozen):
             raise _FieldError("system.compute", "a trace gives the speed; give either a trace or compute")
         if self.trace_semantics != "fedsim" and self.trace is None:
             raise _FieldError("system.trace_semantics", "only with system.trace")
+        if self.trace_semantics == "fedscale" and self.trace_repeat != "cycle":
+            raise _FieldError("system.trace_semantics", "fedscale replays every trace cyclically (t mod finish_time): "
+                              "needs trace_repeat cycle")
         if self.payload_bytes is not None and self.trace is None and self.network is None:
             raise _FieldError("system.payload_bytes", "only with system.network or system.trace (transfers to time)")
         return self

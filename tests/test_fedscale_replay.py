@@ -139,3 +139,44 @@ def test_every_cell_matches_fedscale(seed, tmp_path, write_yaml):
             cells += 1
     statuses = clients[clients["round"] < len(ref)]["status"].value_counts()
     assert cells == N * len(ref) and {"completed", "failed", "offline"} <= set(statuses.index)
+
+
+@pytest.mark.parametrize("system, message", [
+    ({"trace_semantics": "fedscale"}, "system.trace_semantics: only with system.trace"),
+    ({"trace": "t.csv", "trace_semantics": "fedscale", "trace_repeat": "last"}, "needs trace_repeat cycle"),
+    ({"payload_bytes": 100}, "system.payload_bytes: only with system.network or system.trace"),
+    ({"trace": "t.csv", "payload_bytes": 0}, "system.payload_bytes"),
+])
+def test_fedscale_keys_are_checked(system, message):
+    from fedsim.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario({"data": {"name": "synthetic", "clients": 4}, "model": {"name": "logreg"}, "system": system,
+                        "round": {"policy": "wait", "local_steps": 2}})
+
+
+def test_fedscale_semantics_refuse_async():
+    from fedsim.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ScenarioError, match="system.trace_semantics: fedscale applies to window, wait and deadline"):
+        parse_scenario({"data": {"name": "synthetic", "clients": 4}, "model": {"name": "logreg"},
+                        "system": {"trace": "t.csv", "trace_semantics": "fedscale"},
+                        "round": {"policy": "async", "concurrency": 2, "local_steps": 2},
+                        "algorithm": {"name": "fedbuff"}})
+
+
+def test_payload_bytes_sets_the_transfer_size():
+    """An explicit payload replaces the model's bytes; ``fedscale_pickle`` is
+    sys.getsizeof(pickle.dumps(module)) (FedScale's aggregator.py line 424, on fedsim's module)."""
+    import sys
+
+    from fedsim.devices.cost import work_cost
+    from fedsim.models import build_model
+
+    module = build_model("logreg", (60,), 10)
+    base = work_cost(module, (60,), 10, False, count_flops=False)
+    assert base.model_bytes == (60 * 10 + 10) * 4
+    fixed = work_cost(module, (60,), 10, True, count_flops=False, payload=6000)
+    assert (fixed.model_bytes, fixed.upload_bytes) == (6000, 12000)  # control variates: twice up
+    pick = work_cost(module, (60,), 10, False, count_flops=False, payload="fedscale_pickle")
+    assert pick.model_bytes == sys.getsizeof(pickle.dumps(module)) > base.model_bytes
