@@ -100,7 +100,7 @@ class Clock:
         self._check_transfers(trace)
         eligible = isinstance(rule.policy, Window) and self.sessions is None
         if fast and not eligible:
-            raise ValueError("the vectorised path needs policy window")
+            raise ValueError("the vectorised path needs policy window (and trace_semantics fedsim)")
         self.fast = eligible if fast is None else bool(fast)
 
     def _bandwidths(self, trace, cost: WorkCost | None) -> tuple | None:
