@@ -2,11 +2,11 @@
 
     python analysis/devices_study/unheard.py RUN_FOLDER [RUN_FOLDER ...]
 
-A device is *unheard* when none of its jobs completed (it was never selected, or every job of
-it was dropped or failed); *heard* otherwise. For each run folder (``scenario.yaml``,
-``clients.csv``, ``model.pt``) prints the counts and the final model's accuracy and loss on the
-training data of each group (every client's rows, pooled), so a model that never saw a group's
-data can be seen to fit it worse. With the study's IID data the two should agree up to noise; with
+Three groups of devices: *heard* (at least one job completed), *selected, never heard* (selected
+at least once, every job dropped or failed: in windows, the slow uplinks) and *never selected*.
+For each run folder (``scenario.yaml``, ``clients.csv``, ``model.pt``) prints the counts and the
+final model's accuracy and loss on the training data of each group (every client's rows, pooled),
+so a model that never saw a group's data can be seen to fit it worse. With the study's IID data the two should agree up to noise; with
 non-IID data correlated with the uplink (the slow devices are the unheard ones) they need not.
 """
 
@@ -47,8 +47,10 @@ def main(folders: list[str]) -> None:
         params = torch.load(f / "model.pt", map_location="cpu", weights_only=True)
         cl = pd.read_csv(f / "clients.csv")
         heard = set(cl.loc[cl.status == "completed", "client"].tolist())
-        unheard = [c for c in range(work.num_clients) if c not in heard]
-        for name, group in (("heard", sorted(heard)), ("unheard", unheard)):
+        asked = set(cl.loc[cl.status != "offline", "client"].tolist())
+        lost = sorted(asked - heard)  # selected at least once, never reported (dropped or failed)
+        never = [c for c in range(work.num_clients) if c not in asked]
+        for name, group in (("heard", sorted(heard)), ("selected, never heard", lost), ("never selected", never)):
             acc, loss, n = group_metrics(work, params, group)
             rows.append({"run": str(f), "group": name, "devices": len(group), "samples": n, "acc": acc, "loss": loss})
     print(pd.DataFrame(rows).to_string(index=False))
