@@ -9,14 +9,16 @@ FedScale ships two pickled dicts:
   'finish_time': ..., 'duration': ..., 'model': ...}}``; a device is online at time t iff
   ``active[k] <= t mod finish_time <= inactive[k]`` for some k.
 
-Device i of the written trace (i = 0 .. N-1, N the number of behaviour entries) takes the i-th
-behaviour entry in ascending client_id order, and the (i mod M)-th capacity entry in ascending
-client_id order (M capacity entries), as FedScale's client manager assigns them modulo the
-table sizes. Its rows: ``[active_k, inactive_k)`` online, the gaps (and the time before the first
+``assign="sorted"`` (the default, fedsim's own pairing): device i of the written trace
+(i = 0 .. N-1, N the number of behaviour entries) takes the i-th behaviour entry in ascending
+client_id order, and the (i mod M)-th capacity entry in ascending client_id order (M capacity
+entries). ``assign="fedscale"``: FedScale's own assignment (:func:`fedscale_pairs`; FedScale
+numbers clients 1..n, keys capacity by id mod M with a default profile when the key is absent,
+and takes behaviour at position id mod N of the pickle's insertion order). Its rows: ``[active_k, inactive_k)`` online, the gaps (and the time before the first
 session and after the last, up to ``finish_time``) offline, so its last ``end`` is
 ``finish_time`` and the replay's period is FedScale's. ``sample_seconds = computation / 1000``,
 ``down_kbps = up_kbps = communication``. (FedScale's closed intervals become half-open ones: they
-differ on instants only.) Only the keys above are read; ``duration`` and ``model`` are not used.
+differ on instants only; a zero-length session is a zero-length online row.) Only the keys above are read; ``duration`` and ``model`` are not used.
 
 The pickles are read by an unpickler that refuses every class (a FedScale trace holds only dicts,
 lists, numbers and strings), so a file cannot run code. Anything else -- a class, another
