@@ -10,6 +10,7 @@ clock's columns (``round, sim_time, participants, tau_mean, tau_min, tau_max, av
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 
@@ -17,6 +18,8 @@ import numpy as np
 
 from ._callable import make_callable
 from .clock import STATUSES, RoundTable
+from .clock.model import Async
+from .clock.plan import aggregation_weights
 from .data.federated import FederatedData
 from .report.parquet import ParquetTableWriter, table_path
 from .report.tables import CLIENT_COLUMNS, fmt
@@ -81,6 +84,19 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
         (_write_parquet if table_format == "parquet" else _write_tables)(clock, sc.rounds, out)
 
 
+def _tables(clock, rounds: int):
+    """The clock's first ``rounds`` tables, with the ``weight`` column a trained run writes:
+    synchronous rounds aggregate w_i (:func:`fedsim.clock.plan.aggregation_weights`: 0 for
+    failed, dropped and offline rows, the rest redistributed); async rows keep the sampling
+    weight p_i (a trained run writes the algorithm's staleness-dependent coefficient there)."""
+    sync = not isinstance(clock.rule.policy, Async)
+    for table in islice(clock.tables(), rounds):
+        if sync and len(table):
+            c = table.columns
+            table = replace(table, columns={**c, "weight": aggregation_weights(c["status"], c["steps"], c["weight"])})
+        yield table
+
+
 def _work_cost(sc: Scenario, ds, model=None):
     """The model's cost (FLOPs per step, bytes per transfer) when the system model needs it:
     ``system.compute``, ``system.network`` or a trace (device traces time steps and transfers)."""
@@ -93,7 +109,7 @@ def _work_cost(sc: Scenario, ds, model=None):
     shape, classes = _shape_and_classes(ds)
     module = make_model(sc, shape, classes, model)
     return work_cost(module, shape, sc.algorithm.batch_size, sc.algorithm_spec.uses_control_variates,
-                     count_flops=s.compute is not None)
+                     count_flops=s.compute is not None, payload=s.payload_bytes)
 
 
 def _write_tables(clock, rounds: int, out: Path) -> None:
@@ -101,7 +117,7 @@ def _write_tables(clock, rounds: int, out: Path) -> None:
             open(out / "clients.csv", "w", encoding="utf-8", newline="") as fc:
         fr.write(",".join(SCHEDULE_ROUND_COLUMNS) + "\n")
         fc.write(",".join(CLIENT_COLUMNS) + "\n")
-        for table in islice(clock.tables(), rounds):
+        for table in _tables(clock, rounds):
             fr.write(round_line(table))
             fc.write(client_lines(table))
             fr.flush()
@@ -118,7 +134,7 @@ def _write_parquet(clock, rounds: int, out: Path) -> None:
     fr = ParquetTableWriter(table_path(out, "rounds"), SCHEDULE_ROUND_COLUMNS)
     fc = ParquetTableWriter(table_path(out, "clients"), CLIENT_COLUMNS)
     names = pa.array(STATUSES, type=pa.string())
-    for table in islice(clock.tables(), rounds):
+    for table in _tables(clock, rounds):
         fr.write([round_row(table)])
         c = table.columns
         status = names.take(pa.array(c["status"]))  # status codes to their names, in C

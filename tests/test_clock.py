@@ -29,9 +29,11 @@ from fedsim.scenario import (
 
 # ---------------------------------------------------------------------------- helpers
 def make(speed=1.0, latency=0.0, availability="always", slowdown=None, sizes=None, weights=None, seed=0,
-         batch_size=32, fast=None, **round_kw) -> Clock:
+         batch_size=32, fast=None, weights_rule=None, **round_kw) -> Clock:
     m = len(speed) if isinstance(speed, tuple) else len(sizes or weights or [1, 1])
     system = SystemConfig(speed=speed, latency=latency, availability=availability, slowdown=slowdown)
+    if weights_rule is not None:  # round.weights (``weights`` here is data p_i)
+        round_kw["weights"] = weights_rule
     return Clock(system.value(), RoundConfig(**round_kw).value(batch_size), Population.of(sizes or [1] * m, weights),
                  seed=seed, fast=fast)
 
@@ -289,8 +291,14 @@ def test_uniform_selection_weights_and_determinism():
     for p in plans:
         perm = stream(11, "select", p.round).permutation(4)
         assert [j.client for j in p.jobs] == sorted(perm[:2].tolist())
-        assert [j.weight for j in p.jobs] == [P4[j.client] * 4 / 2 for j in p.jobs]  # p_i * m / q
+        pair = [P4[j.client] for j in p.jobs]
+        assert [j.weight for j in p.jobs] == [x / sum(pair) for x in pair]  # normalized: p_i / sum_S p_j
         assert all(j.count == 1 for j in p.jobs)
+    unbiased = take(make(weights=P4, policy="window", window=1.0, clients_per_round=2, seed=11,
+                         weights_rule="unbiased"), 20)
+    for p, u in zip(plans, unbiased):
+        assert [j.client for j in u.jobs] == [j.client for j in p.jobs]
+        assert [j.weight for j in u.jobs] == [P4[j.client] * 4 / 2 for j in u.jobs]  # p_i * m / q
     assert take(make(weights=P4, policy="window", window=1.0, clients_per_round=2, seed=11), 20) == plans
     other = take(make(weights=P4, policy="window", window=1.0, clients_per_round=2, seed=12), 20)
     assert rows(other) != rows(plans)
@@ -483,6 +491,24 @@ def test_event_log():
         (2.0, "offline", 0, None), (2.0, "failed", 0, 0), (2.0, "upload", 1, 0),
         (2.0, "start", 1, 1),  # round 1 opens at 2.0 without client 0 (offline in [2, 3))
     ]
+
+
+def test_wait_round_closes_when_every_selected_client_has_uploaded_or_failed():
+    """Issue 19 point 2: client 1 fails at 2.7, after the last survivor's upload (2.0). The server
+    cannot know at 2.0 that client 1 will fail, so the round closes at 2.7, not 2.0."""
+    log = []
+    clock = make(speed=(2.0, 1.0), latency=0.5, availability=((), ((2.7, 4.0),)), policy="wait", local_steps=2)
+    (plan,) = take(clock, 1, log)
+    assert log == [
+        (0.0, "start", 0, 0), (0.0, "start", 1, 0),
+        (0.5, "download", 0, 0), (0.5, "download", 1, 0),
+        (1.5, "compute", 0, 0),
+        (2.0, "upload", 0, 0),  # the last client that will not fail has uploaded: the round stays open
+        (2.5, "compute", 1, 0),
+        (2.7, "offline", 1, None), (2.7, "failed", 1, 0),
+        (2.7, "start", 0, 1),  # round 1 opens at the failure, without client 1 (offline in [2.7, 4))
+    ]
+    assert (plan.open, plan.close) == (0.0, 2.7)
 
 
 def test_round_table_roundtrip_and_job_defaults():

@@ -60,6 +60,76 @@ def test_import_matches_hand_written_trace(tmp_path):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left
 
 
+# --assign fedscale: fedsim client i is FedScale client i + 1; behaviour at position (i + 1) mod 3 of
+# BEHAVIOUR's insertion order (10, 3, 7); capacity key (i + 1) mod 2 of CAPACITY_01.
+CAPACITY_01 = {1: {"computation": 20, "communication": 300}, 0: {"computation": 40.0, "communication": 600}}
+EXPECTED_FEDSCALE_ROWS = """\
+0,0,50,0,0.02,300,300
+0,50,60,1,0.02,300,300
+1,0,10.5,0,0.04,600,600
+2,0,100,1,0.02,300,300
+2,100,300,0,0.02,300,300
+2,300,400,1,0.02,300,300
+2,400,500,0,0.02,300,300
+"""
+
+
+def test_assign_fedscale_by_hand(tmp_path):
+    cap, beh = _files(tmp_path, CAPACITY_01)
+    out = tmp_path / "trace.csv"
+    notes = []
+    assert import_fedscale(cap, beh, out, assign="fedscale", notes=notes) == 3
+    assert out.read_text().endswith(HEADER + EXPECTED_FEDSCALE_ROWS)
+    assert notes == []
+
+
+def test_assign_fedscale_gives_the_default_profile_to_absent_keys(tmp_path, capsys):
+    # CAPACITY's keys are 5 and 2; (i + 1) mod 2 is 0 or 1: every client gets {computation: 1,
+    # communication: 1} (1 ms per sample -> 0.001 s, 1 kbit/s), as FedScale gives them
+    cap, beh = _files(tmp_path)
+    out = tmp_path / "t.csv"
+    assert main(["trace", "import-fedscale", str(cap), str(beh), "--out", str(out), "--assign", "fedscale",
+                 "--clients", "4"]) == 0
+    assert out.read_text().endswith(HEADER + """\
+0,0,50,0,0.001,1,1
+0,50,60,1,0.001,1,1
+1,0,10.5,0,0.001,1,1
+2,0,100,1,0.001,1,1
+2,100,300,0,0.001,1,1
+2,300,400,1,0.001,1,1
+2,400,500,0,0.001,1,1
+3,0,50,0,0.001,1,1
+3,50,60,1,0.001,1,1
+""")
+    err = capsys.readouterr().err
+    assert err.startswith("warning: 4 of 4 clients have no capacity entry") and err.count("\n") == 1
+
+
+def test_zero_length_sessions_are_read(tmp_path):
+    """FedScale's own fixture (fedscale/tests/cloud/internal/test_client_metadata.py) has a session
+    with active == inactive; it is imported as a zero-length online row and read back."""
+    from fedsim.clock.trace import load_trace
+
+    beh = {1: {"active": [1, 3, 6, 9], "inactive": [1, 4, 7, 10], "finish_time": 10}}
+    cap, beh = _files(tmp_path, {1: {"computation": 1, "communication": 1}}, beh)
+    out = tmp_path / "t.csv"
+    assert import_fedscale(cap, beh, out) == 1
+    assert out.read_text().endswith(HEADER + """\
+0,0,1,0,0.001,1,1
+0,1,1,1,0.001,1,1
+0,1,3,0,0.001,1,1
+0,3,4,1,0.001,1,1
+0,4,6,0,0.001,1,1
+0,6,7,1,0.001,1,1
+0,7,9,0,0.001,1,1
+0,9,10,1,0.001,1,1
+""")
+    (t,) = load_trace(out, 1).clients
+    assert [x[:2] for x in t.sessions] == [(1.0, 1.0), (3.0, 4.0), (6.0, 7.0), (9.0, 10.0)]
+    assert t.bp.tolist() == [0.0, 1.0, 3.0, 4.0, 6.0, 7.0, 9.0, 10.0]  # no online time at 1
+    assert t.online.tolist() == [False, False, True, False, True, False, True]
+
+
 def test_cli_import_and_output(tmp_path, capsys):
     cap, beh = _files(tmp_path)
     out = tmp_path / "t.csv"
@@ -112,7 +182,7 @@ def test_any_class_is_refused_even_harmless(tmp_path):
         (CAPACITY, {1: {"active": [0], "inactive": [1], "finish_time": 0}}, "beh", "1.finish_time: must be a finite number > 0"),
         (CAPACITY, {1: {"active": [-1], "inactive": [1], "finish_time": 5}}, "beh", r"1.active\[0\]: must be a finite number >= 0"),
         (CAPACITY, {1: {"active": [0, 2], "inactive": [3, 4], "finish_time": 5}}, "beh", r"1.active\[1\]: sessions must be increasing"),
-        (CAPACITY, {1: {"active": [2], "inactive": [2], "finish_time": 5}}, "beh", r"1.active\[0\]: sessions must be increasing"),
+        (CAPACITY, {1: {"active": [2, 1], "inactive": [2, 3], "finish_time": 5}}, "beh", r"1.active\[1\]: sessions must be increasing"),
         (CAPACITY, {1: {"active": [0], "inactive": [6], "finish_time": 5}}, "beh", r"1.inactive\[0\]: 6 is past finish_time 5.0"),
         (CAPACITY, {1: {"active": (0,), "inactive": [1], "finish_time": 5}}, "beh", "1.active: must be a list, got tuple"),
     ],

@@ -95,14 +95,18 @@ def test_fednova_direction_and_tau_eff_are_unbiased(scheme, tau_eff):
 
 
 def test_clock_weights_follow_the_schemes():
-    """The clock's raw weights are the ones enumerated above (p_i m / q and count / q)."""
+    """The clock's raw weights are the ones enumerated above (p_i m / q with ``unbiased``, and
+    count / q); ``normalized`` (the default) gives p_i / sum_{j in S} p_j over the same draw."""
     from fedsim.clock.draws import select
 
     online = np.arange(M)
     for r in range(20):
-        chosen, counts, weights = select(online, Q, "uniform", P, 0, r)
+        chosen, counts, weights = select(online, Q, "uniform", P, 0, r, "unbiased")
         assert len(set(chosen)) == Q
         np.testing.assert_allclose(weights, [P[i] * M / Q for i in chosen], rtol=1e-12)
+        same, _, normalized = select(online, Q, "uniform", P, 0, r)
+        assert same.tolist() == chosen.tolist()
+        np.testing.assert_allclose(normalized, [P[i] / sum(P[j] for j in chosen) for i in chosen], rtol=1e-12)
         chosen, counts, weights = select(online, Q, "weighted", P, 0, r)
         assert sum(counts) == Q and len(set(chosen)) == len(chosen)
         np.testing.assert_allclose(weights, [c / Q for c in counts], rtol=1e-12)

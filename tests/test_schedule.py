@@ -16,6 +16,7 @@ import pytest
 
 from fedsim.cli import main
 from fedsim.clock import Clock, Population
+from fedsim.engine.run import round_weights
 from fedsim.report.tables import CLIENT_COLUMNS, TableWriter
 from fedsim.scenario import parse_scenario
 from fedsim.schedule import SCHEDULE_ROUND_COLUMNS, client_sizes_and_weights, run_schedule
@@ -61,9 +62,12 @@ def reference(sc, out):
     sizes, weights = client_sizes_and_weights(sc)
     clock = Clock(sc.system.value(), sc.round.value(sc.algorithm.batch_size), Population.of(sizes, weights),
                   seed=sc.seed)
+    sync = sc.round.policy != "async"
     rounds_w = TableWriter(out / "rounds.csv", SCHEDULE_ROUND_COLUMNS)
     clients_w = TableWriter(out / "clients.csv", CLIENT_COLUMNS)
     for plan in islice(clock.plans(), sc.rounds):
+        # a trained run's weight column: the engine's aggregation weights (sync), p_i (async)
+        agg = round_weights(plan) if sync else {j.client: j.weight for j in plan.jobs}
         done = [j.steps for j in plan.jobs if j.status == "completed" and j.steps > 0]
         rounds_w.write([dict(
             round=plan.round, sim_time=plan.close, participants=len(done),
@@ -73,7 +77,7 @@ def reference(sc, out):
         )])
         clients_w.write(
             dict(round=plan.round, client=j.client, status=j.status, steps=j.steps, start=j.start,
-                 end=j.end, version=j.version, staleness=j.staleness, weight=j.weight,
+                 end=j.end, version=j.version, staleness=j.staleness, weight=agg.get(j.client, 0.0),
                  download=j.download, upload=j.upload)
             for j in plan.jobs
         )
@@ -116,3 +120,22 @@ def test_cli_schedule_only(tmp_path, write_yaml):
     assert clients["a_norm"].isna().all()
     assert (rounds["sim_time"] == 2.0 * (rounds["round"] + 1)).all()
     assert main(["run", str(path), "--schedule-only", "--out", str(out)]) == 2  # refuses to overwrite
+
+
+@pytest.mark.parametrize("case", ["deadline_outages", "window_weighted_slowdown", "wait_epochs"])
+def test_schedule_weight_column_equals_a_trained_runs(case, tmp_path, write_yaml):
+    """Issue 19 point 2: rows of failed, dropped and offline jobs carry weight 0 and the selected
+    clients' weights are redistributed over those that reported, in both modes."""
+    import pandas as pd
+
+    sc = scenario(CASES[case])
+    path = write_yaml(sc.model_dump(mode="json", exclude_none=True))
+    assert main(["run", str(path), "--schedule-only", "--out", str(tmp_path / "plan")]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "run")]) == 0
+    plan, run = (pd.read_csv(tmp_path / d / "clients.csv") for d in ("plan", "run"))
+    assert len(plan) == len(run)
+    assert plan["weight"].tolist() == run["weight"].tolist()
+    lost = plan["status"] != "completed"
+    if case == "deadline_outages":
+        assert lost.any()
+    assert (plan.loc[lost, "weight"] == 0).all()

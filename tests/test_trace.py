@@ -155,7 +155,7 @@ MALFORMED = {
     "overlap": (HEADER + "0,0,5,1,1\n1,0,5,1,1\n0,4,8,1,1\n", "line 4: intervals overlap for client 0 (with line 2)"),
     "duplicate interval": (HEADER + "0,0,5,1,1\n0,0,5,1,1\n1,0,5,1,1\n", "line 3: intervals overlap for client 0"),
     "negative time": (HEADER + "0,-1,5,1,1\n", "line 2: negative time (start -1, end 5)"),
-    "start = end": (HEADER + "0,0,5,1,1\n0,5,5,1,1\n", "line 3: start 5 must be < end 5"),
+    "start = end offline": (HEADER + "0,0,5,1,1\n0,5,5,0,0\n", "line 3: start 5 must be < end 5"),
     "start > end": (HEADER + "0,7,5,1,1\n", "line 2: start 7 must be < end 5"),
     "unknown client": (HEADER + "0,0,5,1,1\n2,0,5,1,1\n",
                        "line 3: unknown client 2 (the scenario has 2 clients: 0..1)"),

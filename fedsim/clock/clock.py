@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Iterator
 
 import numpy as np
@@ -19,7 +20,7 @@ from .model import (
 )
 from .plan import RoundPlan, RoundTable
 from .sim import Simulation
-from .trace import ClientTrace, TraceError, TraceRate, TraceTimeline, load_trace
+from .trace import TraceError, TraceRate, TraceTimeline, load_trace
 from .vectorised import window_tables
 from .vectorised_wait import prescribed_tables
 from .heap import async_tables
@@ -73,14 +74,20 @@ class Clock:
             raise ValueError("system.compute flops / system.network need the model's WorkCost (cost=)")
 
         compute, availability = system.compute, system.availability
+        self.sessions = None  # trace_semantics fedscale: the clients' traces, for SessionIndex
         if isinstance(compute, Traced) or isinstance(availability, Traced):
             tr = compute if isinstance(compute, Traced) else availability
             trace = load_trace(tr.path, m)
             clients = trace.clients
             if trace.device:  # samples per second -> local steps per second
                 samples = 3 * tr.batch_size
-                clients = tuple(ClientTrace(t.bp, t.online, t.speed / samples) for t in clients)
+                clients = tuple(replace(t, speed=t.speed / samples,
+                                        sessions=tuple((a, b, sp / samples) for a, b, sp in t.sessions))
+                                for t in clients)
             self._rates = [TraceRate(t, tr.repeat) for t in clients]
+            if tr.semantics == "fedscale":  # FedScale: the job computes at its speed throughout
+                self._rates = [ConstantRate(t.session_speed) for t in clients]
+                self.sessions = clients  # Simulation keeps one SessionIndex per client
             self._timelines = [TraceTimeline(t, tr.repeat) for t in clients]
             self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in clients), m, self.seed, "speed")
             self._step_flops = None
@@ -99,7 +106,9 @@ class Clock:
         self._check_event_rate()
         self._check_transfers(trace)
         self.checkin = m >= CHECKIN_MIN_CLIENTS if checkin is None else bool(checkin)
-        eligible = isinstance(rule.policy, (Window, Wait, Deadline, Overcommit, Async))
+        eligible = isinstance(rule.policy, (Window, Wait, Deadline, Overcommit, Async)) and self.sessions is None
+        if fast and self.sessions is not None:
+            raise ValueError("the vectorised path needs trace_semantics fedsim")
         if fast and not eligible:
             raise ValueError("no vectorised path for this policy")
         self.fast = eligible if fast is None else bool(fast)

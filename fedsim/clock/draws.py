@@ -96,6 +96,7 @@ def select(
     p: np.ndarray,
     seed: int,
     key: int,
+    weights: str = "normalized",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pick the round's clients among ``available`` (sorted client indices).
 
@@ -104,7 +105,9 @@ def select(
     * ``clients_per_round`` None: everybody available, weight p_i / P_avail (full participation).
     * uniform: q = min(clients_per_round, m) without replacement, m = len(available); the first q
       of one permutation of ``available`` from stream ``("select", key)`` (so the picks are nested
-      in q); weight p_i * m / (q P_avail).
+      in q); ``weights="normalized"`` (the default): weight p_i / (sum of p_j over the q
+      selected), summing to 1 (FedProx's reference code, Flower); ``weights="unbiased"``:
+      p_i * m / (q P_avail), unbiased over the draw but its sum varies from round to round.
     P_avail = sum of p_i over the available clients (1 when all are online: no rescaling).
     * weighted: q = min(clients_per_round, m) draws with replacement, probability proportional to
       p_i among the available (uniform if those p_i are all 0); a client drawn k times is one job
@@ -121,6 +124,13 @@ def select(
     rng = stream(seed, "select", key)
     if sampling == "uniform":
         chosen = np.sort(available[rng.permutation(m)[:q]])
+        if weights == "normalized":
+            pc = p[chosen].astype(np.float64)
+            total = float(pc.sum())
+            w = pc / total if total > 0 else np.full(q, 1.0 / q)
+            return chosen, np.ones(q, dtype=np.int64), w
+        if weights != "unbiased":
+            raise ValueError(f"round.weights: unknown rule {weights!r}")
         return chosen, np.ones(q, dtype=np.int64), p[chosen] * m / q * scale
     if sampling != "weighted":
         raise ValueError(f"round.sampling: unknown scheme {sampling!r}")

@@ -131,6 +131,10 @@ class Traced:
     path: str
     repeat: Literal["cycle", "last"] = "cycle"
     batch_size: int = 32  # device traces: one local step is 3 x batch_size samples' time
+    #: ``fedsim``: online iff inside a row, any outage fails a running job, steps accrue only while
+    #: online; ``fedscale``: FedScale's stateful session index, a job fails only if its client is
+    #: offline at its completion, and it computes at its online speed throughout (fedsim.clock.trace)
+    semantics: Literal["fedsim", "fedscale"] = "fedsim"
 
 
 @dataclass(frozen=True)
@@ -248,6 +252,9 @@ class RoundRule:
     max_local_steps: int | None = None
     clients_per_round: int | None = None
     sampling: Literal["uniform", "weighted"] = "uniform"
+    #: uniform sampling's aggregation weights: p_i over the selected clients' sum (``normalized``)
+    #: or p_i m / q (``unbiased``); docs/algorithms.md
+    weights: Literal["normalized", "unbiased"] = "normalized"
 
 
 # --------------------------------------------------------------------------- clients and work

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["Job", "RoundPlan", "RoundTable", "STATUSES", "JOB_COLUMNS"]
+__all__ = ["Job", "RoundPlan", "RoundTable", "STATUSES", "JOB_COLUMNS", "aggregation_weights"]
 
 #: Every status a row can have, in the order of the ``status`` codes of :class:`RoundTable`.
 STATUSES = ("completed", "dropped", "offline", "failed")
@@ -153,3 +153,24 @@ class RoundTable:
         lists[2] = [STATUSES[s] for s in lists[2]]
         jobs = tuple(map(Job, *lists))
         return RoundPlan(self.round, self.open, self.close, jobs, self.min_live_version, self.available, self.started)
+
+
+def aggregation_weights(status: np.ndarray, steps: np.ndarray, raw: np.ndarray) -> np.ndarray:
+    """The weight w_i a synchronous round aggregates each row with (0 for rows not aggregated).
+
+    ``status`` holds codes into :data:`STATUSES`. The clock's raw sampling weights (``Job.weight``)
+    of the selected clients (rows not ``offline``) that did not report are redistributed over the
+    rows that did (``completed`` with steps > 0), in proportion to their raw weights:
+    ``w_i = raw_i * S_selected / S_done``. The same arithmetic as
+    :func:`fedsim.engine.run.round_weights` (sums left to right in row order), so a clock-only run's
+    ``weight`` column is bit for bit a trained run's.
+    """
+    status, steps, raw = np.asarray(status), np.asarray(steps), np.asarray(raw, dtype=np.float64)
+    selected = status != STATUSES.index("offline")
+    done = (status == STATUSES.index("completed")) & (steps > 0)
+    s_sel = sum(raw[selected].tolist())
+    s_done = sum(raw[done].tolist())
+    out = np.zeros(len(raw), dtype=np.float64)
+    if s_done > 0:
+        out[done] = raw[done] * s_sel / s_done
+    return out

@@ -35,6 +35,7 @@ from .checkin import checkin_pick, permutation_pick
 from .draws import select
 from .model import Async, Deadline, Overcommit, Window, overcommit_size
 from .plan import Job, RoundPlan
+from .trace import SessionIndex
 
 __all__ = ["ClockError", "Simulation", "LATE"]
 
@@ -112,6 +113,8 @@ class Simulation:
         self.is_async = isinstance(self.policy, Async)
         self.kth = None  # overcommit: the event of the round's K-th upload, and the count so far
         self.kth_count = 0
+        # system.trace_semantics fedscale: FedScale's stateful online test, one index per client
+        self.sessions = None if clock.sessions is None else [SessionIndex(t) for t in clock.sessions]
         for c, tl in enumerate(clock.timelines):
             if tl.changes:
                 self.env.process(self._availability(c, tl))
@@ -164,7 +167,7 @@ class Simulation:
                     self._request_settle()
             else:
                 run = self.busy[c]
-                if run is not None and run.start < t < run.resolve_by:
+                if run is not None and self.sessions is None and run.start < t < run.resolve_by:
                     run.process.interrupt(t)
 
     def _work(self, run: _Run):
@@ -221,7 +224,11 @@ class Simulation:
                    t_download=t_d, t_compute=t_c, t_upload=t_u, tau=tau, weight=weight, count=count,
                    down=down, up=up, available=available)
         self._note(start, "start", c, key)
-        if tau == 0:  # nothing to do: dropped at once, no download, cannot fail
+        if self.sessions is not None and tau != 0 and t_u <= give_up and not self.sessions[c].online(t_u):
+            # FedScale: decided when the job starts, by the stateful test at its completion time
+            run.status, run.end, run.phase = "failed", t_u, 1
+            self._note(t_u, "failed", c, key)
+        elif tau == 0:  # nothing to do: dropped at once, no download, cannot fail
             run.status, run.end = "dropped", start
             if self.is_async:
                 self.resolved.append(run)
@@ -241,12 +248,12 @@ class Simulation:
             else:
                 window_close = None
                 give_up = t_open + policy.deadline if isinstance(policy, Deadline) else INF
-            was_online = list(self.online)
+            was_online = list(self.online) if self.sessions is None else [s.online(t_open) for s in self.sessions]
             online = np.flatnonzero(was_online)
             q = rule.clients_per_round
             if isinstance(policy, Overcommit):
                 q = overcommit_size(policy.factor, q)
-            chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r)
+            chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r, rule.weights)
             runs = [
                 self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k), len(online))
                 for c, k, w in zip(chosen, counts, weights)
@@ -266,7 +273,8 @@ class Simulation:
             if isinstance(policy, Window):
                 close = window_close
             elif runs:
-                close = max(run.end for run in runs)  # deadline: dropped runs end at the deadline
+                ends = [run.end for run in runs if self.sessions is None or run.status != "failed"]
+                close = max(ends or [run.end for run in runs])  # deadline: dropped runs end at the deadline
             else:  # nobody online: wait for the first client to come online (deadline: at most D)
                 self.came_online = env.event()
                 if isinstance(policy, Deadline):

@@ -15,7 +15,9 @@ with '#' and blank lines are ignored). **Speed traces**::
 
 * ``client``: integer 0 .. clients-1 (ASCII digits); every client needs at least one interval.
 * ``start``, ``end``: simulated seconds, 0 <= start < end <= 1e15; one client's intervals must
-  not overlap (they may touch). Gaps between a client's intervals, and the time before its first
+  not overlap (they may touch). An online row may have start == end: a zero-length session (as
+  in FedScale's own test fixture). It adds no online time, but it is a session of
+  ``system.trace_semantics: fedscale``'s session index. Gaps between a client's intervals, and the time before its first
   one, count as offline.
 * ``online``: 0 or 1 (optional in device traces, default 1: every row is an online interval; an
   offline row can extend the period). ``speed``: local steps per simulated second, 0 <= speed <=
@@ -26,8 +28,8 @@ with '#' and blank lines are ignored). **Speed traces**::
   download takes latency + model_kbit / down_kbps, an upload latency + upload_kbit / up_kbps, with
   kbit = bytes x 8 / 1024 (FedScale's units; the bytes come from the model, ``WorkCost``).
 * Device traces list devices 0 .. N-1 (every one with an interval); fedsim client i replays
-  device i mod N, so a population larger than the trace cycles over it (FedScale's assignment of
-  devices to clients in ascending id order).
+  device i mod N, so a population larger than the trace cycles over it (which devices these are
+  is decided when the trace is written: ``fedsim trace import-fedscale --assign``).
 * Steps complete by integrating the speed over time (piecewise constant), divided by the job's
   slowdown factor if ``system.slowdown`` is set.
 * A client's period P is its last ``end``. Beyond it, ``system.trace_repeat`` decides:
@@ -35,6 +37,11 @@ with '#' and blank lines are ignored). **Speed traces**::
   ``last`` keeps the last interval's state and speed forever. FedScale's availability (online at
   t iff active[k] <= (t mod finish_time) <= inactive[k]) is rows [active[k], inactive[k]) plus an
   offline row up to finish_time: the same up to the instants at the interval ends.
+* ``system.trace_semantics: fedscale`` replaces that stateless rule by FedScale's stateful one
+  (:class:`SessionIndex`): each client keeps a session index k, and a test at time t first moves
+  k to the next session (cyclically) if t mod P is past inactive[k], at most once per test, then
+  answers active[k] <= t mod P <= inactive[k]. The sessions are the client's online rows in time
+  order, zero-length ones included; P is the period.
 
 A trace replaces ``system.speed`` and ``system.availability``. A malformed file raises
 :class:`TraceError` whose message is one line naming the file, the line and the problem, e.g.
@@ -65,7 +72,7 @@ from .model import MAX_SPEED, MAX_TIME
 #: Largest device id a device trace may use (ids are dense, 0..N-1).
 MAX_DEVICES = 10**7
 
-__all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS", "DEVICE_COLUMNS"]
+__all__ = ["TraceError", "Trace", "ClientTrace", "SessionIndex", "load_trace", "TRACE_COLUMNS", "DEVICE_COLUMNS"]
 
 TRACE_COLUMNS = ("client", "start", "end", "online", "speed")
 #: Device traces (e.g. imported from FedScale): per-sample compute time and bandwidths; ``online``
@@ -86,6 +93,8 @@ class ClientTrace:
     bp: np.ndarray  # n + 1 breakpoints, bp[0] = 0, bp[n] = P
     online: np.ndarray  # n bools
     speed: np.ndarray  # n floats
+    #: the online rows (start, end, speed) in time order, zero-length ones included (FedScale's sessions)
+    sessions: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def period(self) -> float:
@@ -96,6 +105,14 @@ class ClientTrace:
         """Time-weighted mean speed while online over one period (0 if never online)."""
         dur = np.diff(self.bp) * self.online
         return float((dur * self.speed).sum() / dur.sum()) if dur.sum() > 0 else 0.0
+
+    @property
+    def session_speed(self) -> float:
+        """``mean_speed``, or with no online time (zero-length sessions only) the sessions' mean
+        speed: the speed a job runs at under ``trace_semantics: fedscale`` (0: no sessions)."""
+        if self.mean_speed > 0 or not self.sessions:
+            return self.mean_speed
+        return float(np.mean([sp for _, _, sp in self.sessions]))
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,14 +224,14 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
             speed = _number(name, line, "speed", get["speed"], MAX_SPEED)
         if start < 0 or end < 0:
             raise _fail(name, line, f"negative time (start {start:g}, end {end:g})")
-        if not start < end:
-            raise _fail(name, line, f"start {start:g} must be < end {end:g}")
         if online_x not in (0.0, 1.0):
             raise _fail(name, line, f"online must be 0 or 1, got {get['online']!r}")
         if speed < 0:
             raise _fail(name, line, f"speed must be >= 0, got {speed:g}")
         if online_x == 1.0 and speed == 0:
             raise _fail(name, line, "speed must be > 0 while online")
+        if not (start < end or (start == end and online_x == 1.0)):  # online: zero-length session
+            raise _fail(name, line, f"start {start:g} must be < end {end:g}")
         rows.setdefault(c, []).append((start, end, online_x == 1.0, speed, line))
     if index is None:
         raise _fail(name, None, "empty trace (no header line)")
@@ -290,7 +307,10 @@ def _header(name: str, line: int, cells: list[str]) -> dict[str, int]:
 
 def _client_trace(ivs: list[tuple[float, float, bool, float, int]]) -> ClientTrace:
     bp, online, speed = [0.0], [], []
+    sessions = tuple((s, e, sp) for s, e, on, sp, _ in ivs if on)
     for s, e, on, sp, _ in ivs:
+        if s == e:  # a zero-length session: no online time (kept in ``sessions`` only)
+            continue
         if s > bp[-1]:  # gap: offline
             bp.append(s)
             online.append(False)
@@ -298,7 +318,37 @@ def _client_trace(ivs: list[tuple[float, float, bool, float, int]]) -> ClientTra
         bp.append(e)
         online.append(on)
         speed.append(sp if on else 0.0)
-    return ClientTrace(np.array(bp), np.array(online, dtype=bool), np.array(speed))
+    if len(bp) == 1:  # only zero-length sessions: offline up to the last of them
+        bp.append(max(ivs[-1][1], math.ulp(0.0)))
+        online.append(False)
+        speed.append(0.0)
+    return ClientTrace(np.array(bp), np.array(online, dtype=bool), np.array(speed), sessions)
+
+
+class SessionIndex:
+    """FedScale's stateful online test for one client (``system.trace_semantics: fedscale``).
+
+    The index k starts at 0. ``online(t)``: with x = t mod P, if x > inactive[k] move k to
+    (k + 1) mod n (at most once per call), then answer active[k] <= x <= inactive[k]. The answer
+    depends on the earlier calls, so the clock calls it exactly where FedScale does: once per
+    client at each round's open, and once per selected client at its job's completion time."""
+
+    __slots__ = ("active", "inactive", "period", "k")
+
+    def __init__(self, trace: ClientTrace):
+        self.active = [a for a, _, _ in trace.sessions]
+        self.inactive = [b for _, b, _ in trace.sessions]
+        self.period = trace.period
+        self.k = 0
+
+    def online(self, t: float) -> bool:
+        if not self.active:
+            return False
+        x = t % self.period
+        if x > self.inactive[self.k]:
+            self.k += 1
+        self.k %= len(self.active)
+        return self.active[self.k] <= x <= self.inactive[self.k]
 
 
 class TraceTimeline:

@@ -44,7 +44,8 @@ def window_tables(clock) -> Iterator[RoundTable]:
         if states is not None:
             states.advance(t_open)
             online = np.flatnonzero(states.online)
-        chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, clock.p, clock.seed, r)
+        chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, clock.p, clock.seed, r,
+                                          rule.weights)
         speed = clock.speed_of(chosen)
         down, up = clock.transfers_of(chosen)
         slow = 1.0 if no_slowdown else np.array([clock.slowdown(int(c), r) for c in chosen])

@@ -54,7 +54,7 @@ def prescribed_tables(clock) -> Iterator[RoundTable]:
         if states is not None:
             states.advance(t_open)
             online = np.flatnonzero(states.online)
-        chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r)
+        chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r, rule.weights)
         n = len(chosen)
         if n == 0:
             cols, close = _empty(), _first_online(states, give_up, t_open)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import fields
 
 from fedsim.scenario import ScenarioError
@@ -19,6 +20,10 @@ def add_trace_parser(sub) -> None:
     imp.add_argument("behavior", help="FedScale client_behave_trace pickle")
     imp.add_argument("--out", required=True, help="trace CSV to write")
     imp.add_argument("--force", action="store_true", help="replace an existing --out file")
+    imp.add_argument("--assign", choices=("sorted", "fedscale"), default="sorted",
+                     help="sorted: i-th client ids ascending (default); fedscale: FedScale's own assignment")
+    imp.add_argument("--clients", type=int, default=None,
+                     help="--assign fedscale: how many clients to write (default: the behaviour entries)")
     gen = tsub.add_parser("generate", help="draw a FedScale-shaped population from a seed")
     gen.add_argument("--out", required=True, help="trace CSV to write")
     gen.add_argument("--force", action="store_true", help="replace an existing --out file")
@@ -37,7 +42,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.trace_command == "import-fedscale":
         from .fedscale import import_fedscale
 
-        n = import_fedscale(args.capacity, args.behavior, args.out, force=args.force)
+        if args.clients is not None and args.assign != "fedscale":
+            raise ScenarioError("--clients: only with --assign fedscale")
+        notes: list[str] = []
+        n = import_fedscale(args.capacity, args.behavior, args.out, force=args.force, assign=args.assign,
+                            clients=args.clients, notes=notes)
+        for note in notes:
+            print(note, file=sys.stderr)
         print(f"{args.out}: {n} devices from FedScale")
         return 0
     from .population import PopulationSpec, write_population

@@ -69,6 +69,19 @@ def model_bytes(params: Mapping[str, torch.Tensor] | nn.Module) -> int:
     return int(sum(t.numel() * t.element_size() for t in tensors))
 
 
+def payload_size(module: nn.Module, payload: int | str) -> int:
+    """``system.payload_bytes``: an explicit number of bytes, or ``fedscale_pickle``: FedScale's
+    rule ``sys.getsizeof(pickle.dumps(model))`` applied to fedsim's module (FedScale pickles its
+    model adapter, which adds its own class names and server optimizer: a few hundred bytes more;
+    give the number explicitly to match a FedScale run exactly)."""
+    if payload == "fedscale_pickle":
+        import pickle
+        import sys
+
+        return int(sys.getsizeof(pickle.dumps(module)))
+    return int(payload)
+
+
 def upload_bytes(model_size: int, uses_control_variates: bool) -> int:
     """Bytes of one upload: the delta, plus a second model-sized set when control variates are sent."""
     return int(model_size) * (2 if uses_control_variates else 1)
@@ -76,7 +89,7 @@ def upload_bytes(model_size: int, uses_control_variates: bool) -> int:
 
 def work_cost(
     module: nn.Module | None, input_shape: tuple[int, ...], batch_size: int, uses_control_variates: bool,
-    *, count_flops: bool = True,
+    *, count_flops: bool = True, payload: int | str | None = None,
 ) -> WorkCost:
     """The :class:`WorkCost` of training ``module`` (``None``: the quadratic problem, refused).
 
@@ -85,7 +98,7 @@ def work_cost(
     the FLOPs (``system.compute``)."""
     if module is None:
         raise ValueError("model.name: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
-    size = model_bytes(module)
+    size = model_bytes(module) if payload is None else payload_size(module, payload)
     return WorkCost(
         step_flops=step_flops(module, input_shape, batch_size) if count_flops else None,
         model_bytes=size,

@@ -9,14 +9,16 @@ FedScale ships two pickled dicts:
   'finish_time': ..., 'duration': ..., 'model': ...}}``; a device is online at time t iff
   ``active[k] <= t mod finish_time <= inactive[k]`` for some k.
 
-Device i of the written trace (i = 0 .. N-1, N the number of behaviour entries) takes the i-th
-behaviour entry in ascending client_id order, and the (i mod M)-th capacity entry in ascending
-client_id order (M capacity entries), as FedScale's client manager assigns them modulo the
-table sizes. Its rows: ``[active_k, inactive_k)`` online, the gaps (and the time before the first
+``assign="sorted"`` (the default, fedsim's own pairing): device i of the written trace
+(i = 0 .. N-1, N the number of behaviour entries) takes the i-th behaviour entry in ascending
+client_id order, and the (i mod M)-th capacity entry in ascending client_id order (M capacity
+entries). ``assign="fedscale"``: FedScale's own assignment (:func:`fedscale_pairs`; FedScale
+numbers clients 1..n, keys capacity by id mod M with a default profile when the key is absent,
+and takes behaviour at position id mod N of the pickle's insertion order). Its rows: ``[active_k, inactive_k)`` online, the gaps (and the time before the first
 session and after the last, up to ``finish_time``) offline, so its last ``end`` is
 ``finish_time`` and the replay's period is FedScale's. ``sample_seconds = computation / 1000``,
 ``down_kbps = up_kbps = communication``. (FedScale's closed intervals become half-open ones: they
-differ on instants only.) Only the keys above are read; ``duration`` and ``model`` are not used.
+differ on instants only; a zero-length session is a zero-length online row.) Only the keys above are read; ``duration`` and ``model`` are not used.
 
 The pickles are read by an unpickler that refuses every class (a FedScale trace holds only dicts,
 lists, numbers and strings), so a file cannot run code. Anything else -- a class, another
@@ -46,7 +48,10 @@ from fedsim.scenario import ScenarioError
 
 from .traceio import check_out, number, write_atomic
 
-__all__ = ["FedScaleError", "read_pickle", "import_fedscale"]
+__all__ = ["FedScaleError", "read_pickle", "import_fedscale", "fedscale_pairs"]
+
+#: Largest ``--clients`` of ``--assign fedscale`` (the trace reader's device-id bound).
+MAX_CLIENTS = 10**7
 
 
 class FedScaleError(ScenarioError):
@@ -158,9 +163,9 @@ def _sessions(path: Path, cid: int, v: dict) -> tuple[list[tuple[float, float]],
         for key, x in (("active", a), ("inactive", b)):
             if not _is_num(x) or x < 0:
                 raise FedScaleError(f"{path}: {cid}.{key}[{k}]: must be a finite number >= 0, got {_show(x)}")
-        if not prev <= a < b:
+        if not prev <= a <= b:  # a == b: a zero-length session (FedScale's own test fixture has one)
             raise FedScaleError(
-                f"{path}: {cid}.active[{k}]: sessions must be increasing and non-empty "
+                f"{path}: {cid}.active[{k}]: sessions must be increasing "
                 f"(active {a!r}, inactive {b!r}, previous end {prev!r})"
             )
         if b > finish:
@@ -196,35 +201,83 @@ def _row_count(path: Path, entries: list[tuple[int, dict]]) -> int:
     return total
 
 
-def import_fedscale(capacity: str | Path, behaviour: str | Path, out: str | Path, *, force: bool = False) -> int:
+#: FedScale's profile for a client whose capacity key is absent (aggregator.py,
+#: ``client_profiles.get(mapped_id, {"computation": 1.0, "communication": 1.0})``)
+FEDSCALE_DEFAULT_PROFILE = (1.0, 1.0)
+
+
+def fedscale_pairs(cap_ids: list[int], beh_ids: list[int], clients: int) -> tuple[list[tuple[int, int | None]], int]:
+    """``--assign fedscale``: for fedsim clients i = 0 .. clients-1 (FedScale client id i + 1), the
+    behaviour entry at position (i + 1) mod len of the pickle's insertion order, and the capacity
+    key (i + 1) mod len(capacity) (None when that key is absent: FedScale's default profile).
+    Returns the pairs (behaviour position, capacity key or None) and how many got the default."""
+    keys = set(cap_ids)
+    pairs = []
+    for i in range(clients):
+        c = i + 1
+        key = c % len(cap_ids)
+        pairs.append((c % len(beh_ids), key if key in keys else None))
+    return pairs, sum(1 for _, k in pairs if k is None)
+
+
+def import_fedscale(capacity: str | Path, behaviour: str | Path, out: str | Path, *, force: bool = False,
+                    assign: str = "sorted", clients: int | None = None, notes: list[str] | None = None) -> int:
     """Convert FedScale's capacity and behaviour pickles into a fedsim trace CSV at ``out``.
+
+    ``assign="sorted"`` (the default): device i takes the i-th behaviour entry and the (i mod M)-th
+    capacity entry, both in ascending client_id order. ``assign="fedscale"``: FedScale's own
+    assignment (:func:`fedscale_pairs`), for ``clients`` devices (default: the number of
+    behaviour entries); how many clients got FedScale's default profile is appended to ``notes``.
 
     Entries are checked as they are written to a temporary file in ``out``'s folder, which is
     renamed to ``out`` only when all passed: the file appears whole or not at all. An existing
     ``out`` is replaced only with ``force`` (:func:`fedsim.devices.traceio.check_out`).
 
     Returns:
-        The number of devices written (the behaviour entries).
+        The number of devices written.
     """
     capacity, behaviour = Path(capacity), Path(behaviour)
-    caps = [_capacity(capacity, cid, v) for cid, v in _entries(capacity, read_pickle(capacity), "capacity")]
-    entries = _entries(behaviour, read_pickle(behaviour), "behaviour")
-    _row_count(behaviour, entries)
+    if assign not in ("sorted", "fedscale"):
+        raise FedScaleError(f"--assign {assign}: expected sorted or fedscale")
+    if clients is not None and not 1 <= clients <= MAX_CLIENTS:
+        raise FedScaleError(f"--clients {clients}: must be between 1 and {MAX_CLIENTS}")
+    cap_items = _entries(capacity, read_pickle(capacity), "capacity")
+    caps = [_capacity(capacity, cid, v) for cid, v in cap_items]
+    beh_obj = read_pickle(behaviour)
+    entries = _entries(behaviour, beh_obj, "behaviour")  # checked; ascending client_id
+    if assign == "sorted":
+        plan = [(i, caps[i % len(caps)]) for i in range(len(entries))]
+        how = (f"client i = i-th behaviour client_id ascending ({entries[0][0]} .. {entries[-1][0]}), "
+               f"capacity entry i mod {len(caps)} ascending")
+    else:
+        inserted = list(beh_obj.items())  # FedScale: list(user_trace.keys())[client_id % len]
+        by_key = dict(zip((cid for cid, _ in cap_items), caps))
+        pairs, defaults = fedscale_pairs(list(by_key), [cid for cid, _ in inserted], clients or len(entries))
+        entries = inserted
+        plan = [(b, FEDSCALE_DEFAULT_PROFILE if k is None else by_key[k]) for b, k in pairs]
+        how = (f"FedScale's assignment: client i = FedScale client i+1, behaviour at position (i+1) mod "
+               f"{len(inserted)} of the pickle's order, capacity key (i+1) mod {len(caps)} "
+               f"({defaults} of {len(pairs)} clients got FedScale's default profile computation 1, communication 1)")
+        if defaults and notes is not None:
+            notes.append(f"warning: {defaults} of {len(pairs)} clients have no capacity entry under key (id mod "
+                         f"{len(caps)}) and get FedScale's default profile (computation 1 ms/sample, "
+                         "communication 1 kbit/s), as FedScale gives them")
+    _row_count(behaviour, [entries[b] for b, _ in plan])
     out = check_out(out, force)
 
     def rows() -> Iterator[str]:  # checked entry by entry while the temporary file is written
-        for i, (cid, v) in enumerate(entries):
-            yield from _rows(i, *_sessions(behaviour, cid, v), caps[i % len(caps)])
+        for i, (b, cap) in enumerate(plan):
+            cid, v = entries[b]
+            yield from _rows(i, *_sessions(behaviour, cid, v), cap)
 
     comments = [
         "fedsim device trace imported from FedScale by `fedsim trace import-fedscale`",
         f"capacity: {capacity.name} ({len(caps)} entries, sha256 {_sha256(capacity)})",
         f"behaviour: {behaviour.name} ({len(entries)} entries, sha256 {_sha256(behaviour)})",
-        f"client i = i-th behaviour client_id ascending ({entries[0][0]} .. {entries[-1][0]}), "
-        f"capacity entry i mod {len(caps)} ascending",
+        how,
     ]
     write_atomic(out, comments, rows())
-    return len(entries)
+    return len(plan)
 
 
 def _sha256(path: Path) -> str:

@@ -508,22 +508,42 @@ def _read_latency(folder: Path) -> float:
 
 
 def _collect(paths: Sequence[str | Path]):
-    """Long rounds table and per-run records over all ``paths``; labels prefixed when several."""
+    """Long rounds table, long time table and per-run records over all ``paths``; labels
+    prefixed when several. The time table holds each run's ``evals.csv`` (its time grid,
+    ``eval.every_seconds``) when it has one, else its rounds (column ``grid`` 1 or 0)."""
     from .results import find_runs, load_compare
 
-    frames, runs, target = [], [], None
+    frames, timed, runs, target = [], [], [], None
     for p in paths:
         df = load_compare(p)
+        ev = load_compare(p, "evals")
         found, _, tgt = find_runs(p)
         target = target if target is not None else tgt
         prefix = f"{Path(p).resolve().name}:" if len(paths) > 1 else ""
         if len(df):
             df = df.assign(cell=prefix + df["cell"].astype(str))
             frames.append(df)
+            gridded = set(ev["folder"]) if len(ev) else set()
+            timed.append(df[~df["folder"].isin(gridded)].assign(grid=0))
+            if len(ev):
+                timed.append(ev.assign(cell=prefix + ev["cell"].astype(str), grid=1))
         for r in found:
             runs.append({**r, "cell": prefix + str(r["cell"])})
     rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    return rounds, runs, target
+    timed_df = pd.concat(timed, ignore_index=True) if timed else pd.DataFrame()
+    return rounds, timed_df, runs, target
+
+
+def _times_to_target(timed: pd.DataFrame, target: float) -> pd.DataFrame:
+    """Per (cell, seed): the first time ``test_acc`` reaches ``target``: the first grid time for
+    runs with a time grid, interpolated between evaluations otherwise."""
+    rows = []
+    keys = ["cell", "seed"] if "seed" in timed.columns else ["cell"]
+    for key, g in timed.groupby(keys + ["folder"], sort=False, dropna=False):
+        rows.append({"cell": key[0], "seed": key[1] if len(keys) > 1 else 0,
+                     "time_to_target": time_to_target(g.sort_values("sim_time"), target,
+                                                      interpolate=not bool(g["grid"].iloc[0]))})
+    return pd.DataFrame(rows)
 
 
 def _slug(text: str) -> str:
@@ -544,7 +564,8 @@ def plot_dir(
     """Write every figure for the runs under ``paths`` into ``out``; returns the PNG paths.
 
     Curves (``acc_vs_time``, ``acc_vs_round``, ``loss_vs_time``, ``loss_vs_round``, and
-    ``dist_vs_time`` for quadratic runs) compare all cells; ``time_to_target`` needs a target
+    ``dist_vs_time`` for quadratic runs) compare all cells; against time, a run with a time grid
+    (``evals.csv``) is drawn from it, and its time to target is the first grid time reaching it; ``time_to_target`` needs a target
     (given, or recorded by ``fedsim compare``). For each cell's first seed: ``tau_<cell>``,
     ``timeline_<cell>`` and, when the data is partitioned, ``classes_<cell>`` (written once when
     every cell shares the same partition).
@@ -552,7 +573,7 @@ def plot_dir(
     if isinstance(paths, (str, Path)):
         paths = [paths]
     out = Path(out)
-    rounds, runs, recorded = _collect(list(paths))
+    rounds, timed, runs, recorded = _collect(list(paths))
     if rounds.empty:
         raise FileNotFoundError(f"no runs with a rounds.csv under {', '.join(map(str, paths))}")
     target = target if target is not None else recorded
@@ -561,15 +582,17 @@ def plot_dir(
     written: list[Path] = []
     has_acc = "test_acc" in rounds.columns and pd.to_numeric(rounds["test_acc"], errors="coerce").notna().any()
     for x, tag in (("sim_time", "time"), ("round", "round")):
+        df = timed if x == "sim_time" else rounds  # against time: the time grids where runs have them
         if has_acc:
-            written.append(save_figure(plot_accuracy(rounds, x, target=target, colors=colors), out / f"acc_vs_{tag}.png", dpi))
-        written.append(save_figure(plot_loss(rounds, x, colors=colors), out / f"loss_vs_{tag}.png", dpi))
+            written.append(save_figure(plot_accuracy(df, x, target=target, colors=colors), out / f"acc_vs_{tag}.png", dpi))
+        written.append(save_figure(plot_loss(df, x, colors=colors), out / f"loss_vs_{tag}.png", dpi))
     if "dist_to_opt" in rounds.columns and pd.to_numeric(rounds["dist_to_opt"], errors="coerce").notna().any():
         fig = plot_curves(rounds, "dist_to_opt", "sim_time", colors=colors)
         fig.axes[0].set_yscale("log")
         written.append(save_figure(fig, out / "dist_vs_time.png", dpi))
     if has_acc and target is not None:
-        written.append(save_figure(plot_time_to_target(rounds, target, colors=colors), out / "time_to_target.png", dpi))
+        written.append(save_figure(plot_time_to_target(_times_to_target(timed, target), target, colors=colors),
+                                   out / "time_to_target.png", dpi))
     if not per_cell:
         return written
     first: dict[str, dict] = {}

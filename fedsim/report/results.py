@@ -22,6 +22,7 @@ from .summary import SUMMARY_METRICS, aggregate_seeds, run_summary
 
 __all__ = [
     "MANIFEST",
+    "read_evals",
     "read_manifest",
     "format_value",
     "run_complete",
@@ -138,26 +139,44 @@ def _keys_frame(run: dict, keys: list[str]) -> dict:
     return d
 
 
+def read_evals(folder: str | Path) -> pd.DataFrame | None:
+    """A run folder's ``evals.csv`` (``eval.every_seconds``); None when it has none or no row."""
+    path = Path(folder) / "evals.csv"
+    if not path.is_file():
+        return None
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return None
+    return df if len(df) else None
+
+
 def load_compare(path: str | Path, table: str = "rounds") -> pd.DataFrame:
     """A tidy long DataFrame of every run under ``path``: one row per run x round.
 
     Columns: ``cell``, the cell's keys (``algorithm``, ``policy``, any grid key such as
     ``algorithm.lr``), ``seed``, then the run's ``rounds.csv`` columns and ``folder``.
     ``table="clients"`` gives ``clients.csv`` instead (one row per run x round x client). Either
-    format is read (:func:`fedsim.report.parquet.read_table`).
+    format is read (:func:`fedsim.report.parquet.read_table`). ``table="evals"``: ``evals.csv``
+    (the time grid, one row per run x grid time), for the runs that have one.
     Runs without that table yet (not started) are left out.
     """
-    if table not in ("rounds", "clients"):
-        raise ValueError("table must be 'rounds' or 'clients'")
+    if table not in ("rounds", "clients", "evals"):
+        raise ValueError("table must be 'rounds', 'clients' or 'evals'")
     runs, keys, _ = find_runs(path)
     frames = []
     for r in runs:
-        if not has_table(r["folder"], table):
-            continue
-        try:
-            df = read_table(r["folder"], table)
-        except pd.errors.EmptyDataError:
-            continue
+        if table == "evals":
+            df = read_evals(r["folder"])
+            if df is None:
+                continue
+        else:
+            if not has_table(r["folder"], table):
+                continue
+            try:
+                df = read_table(r["folder"], table)
+            except pd.errors.EmptyDataError:
+                continue
         meta = _keys_frame(r, keys)
         for i, (k, v) in enumerate(meta.items()):
             df.insert(i, k, [v] * len(df))
@@ -188,7 +207,7 @@ def summarize(path: str | Path, target: float | None = None, *, write: bool = Tr
             continue
         row = _keys_frame(r, keys)
         row["target"] = float("nan") if target is None else float(target)
-        row.update(run_summary(rounds, target))
+        row.update(run_summary(rounds, target, read_evals(r["folder"])))
         row["complete"] = int(run_complete(r["folder"]))
         row["folder"] = str(Path(r["folder"]).relative_to(p)) if Path(r["folder"]).is_relative_to(p) else str(r["folder"])
         rows.append(row)

@@ -42,6 +42,7 @@ def time_to_target(
     metric: str = "test_acc",
     x: str = "sim_time",
     higher_is_better: bool = True,
+    interpolate: bool = True,
 ) -> float:
     """First simulated time at which ``metric`` reaches ``target``; NaN when it never does.
 
@@ -50,7 +51,8 @@ def time_to_target(
     linearly interpolated; an evaluation that hits the target exactly returns its own time, and
     when the very first evaluation already reaches it, that evaluation's time is returned (there
     is nothing earlier to interpolate from). ``higher_is_better=False`` asks for the first time
-    the metric drops to ``target`` or below (a loss target).
+    the metric drops to ``target`` or below (a loss target). ``interpolate=False`` returns the
+    first evaluation's time that reaches it (an ``evals.csv`` time grid: a time the run was seen at).
     """
     t, v = _evaluated(rounds, metric, x)
     if v.size == 0 or target is None or (isinstance(target, float) and math.isnan(target)):
@@ -60,7 +62,7 @@ def time_to_target(
     if reached.size == 0:
         return float("nan")
     i = int(reached[0])
-    if i == 0 or v[i] == target:
+    if i == 0 or v[i] == target or not interpolate:
         return float(t[i])
     t0, t1, v0, v1 = t[i - 1], t[i], v[i - 1], v[i]
     return float(t0 + (target - v0) / (v1 - v0) * (t1 - t0))
@@ -95,23 +97,27 @@ def _best(rounds: pd.DataFrame, col: str) -> float:
     return float(s.max()) if len(s) else float("nan")
 
 
-def run_summary(rounds: pd.DataFrame, target: float | None = None) -> dict:
-    """The headline numbers of one run (its ``rounds.csv``).
+def run_summary(rounds: pd.DataFrame, target: float | None = None, evals: pd.DataFrame | None = None) -> dict:
+    """The headline numbers of one run (its ``rounds.csv``, and its ``evals.csv`` when it has one).
 
     Keys: ``final_acc`` / ``final_loss`` / ``final_train_loss`` (last evaluated values),
     ``best_acc``, ``sim_time`` (simulated seconds at the last round), ``rounds`` (rounds done),
     ``time_to_target`` / ``rounds_to_target`` (NaN when never reached or no target), ``diverged``
     (1 if the run stopped on non-finite parameters), plus ``dist_to_opt`` for quadratic runs.
+    With ``evals`` (the time grid, ``eval.every_seconds``) the accuracy and loss numbers come
+    from the grid: ``final_*`` at the last grid time, ``best_acc`` over the grid, and
+    ``time_to_target`` the first grid time that reaches the target (not interpolated).
     """
     tgt = float("nan") if target is None else float(target)
+    timed = rounds if evals is None or not len(evals) else evals
     out = {
-        "final_acc": _last(rounds, "test_acc"),
-        "best_acc": _best(rounds, "test_acc"),
-        "final_loss": _last(rounds, "test_loss"),
-        "final_train_loss": _last(rounds, "train_loss"),
+        "final_acc": _last(timed, "test_acc"),
+        "best_acc": _best(timed, "test_acc"),
+        "final_loss": _last(timed, "test_loss"),
+        "final_train_loss": _last(timed, "train_loss"),
         "sim_time": _last(rounds, "sim_time"),
         "rounds": int(len(rounds)),
-        "time_to_target": time_to_target(rounds, tgt),
+        "time_to_target": time_to_target(timed, tgt, interpolate=timed is rounds),
         "rounds_to_target": rounds_to_target(rounds, tgt),
         "diverged": int(bool(pd.to_numeric(rounds.get("diverged", pd.Series(dtype=float)), errors="coerce").fillna(0).any())),
     }

@@ -23,6 +23,7 @@ from .folder import (
     Tables, check_folder, check_unlocked, default_out, info_text, locked, open_for_resume, prepare_folder,
     save_model, write_partition,
 )
+from .evals import EvalGrid
 from .loop import run_rounds
 from .ranks import agree
 
@@ -90,9 +91,12 @@ def run(
             if main and every and next_round % every == 0 and next_round < sc.rounds:
                 save_checkpoint(out, next_round, tables.synced_sizes(), engine.state_dict())
 
+        grid = None
+        if sc.eval.every_seconds is not None:  # evals.csv (fedsim.run.evals)
+            grid = EvalGrid(sc.eval.every_seconds, out / "evals.csv" if main else None)
         last = run_rounds(
             engine, built.clock.plans(), start=start, rounds=sc.rounds, eval_every=sc.eval.every,
-            sinks=sinks, checkpoint=checkpoint, hold=lambda: hold_cores(engine.work.x_train.device),
+            sinks=sinks, checkpoint=checkpoint, hold=lambda: hold_cores(engine.work.x_train.device), grid=grid,
         )
         if main:
             tables.close()

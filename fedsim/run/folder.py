@@ -42,7 +42,8 @@ __all__ = [
 ]
 
 #: Every file fedsim writes into a run folder (``--force`` deletes these and nothing else).
-FILES = ("scenario.yaml", "rounds.csv", "clients.csv", "model.pt", "partition.csv", "info.yaml", CHECKPOINT)
+FILES = ("scenario.yaml", "rounds.csv", "clients.csv", "model.pt", "partition.csv", "info.yaml", CHECKPOINT,
+         "evals.csv")
 #: The table folders of a ``--format parquet`` run (``--force`` deletes their part files, then the
 #: folders when nothing else is left in them).
 TABLE_FOLDERS = PARQUET_TABLES

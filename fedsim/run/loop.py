@@ -26,6 +26,7 @@ def run_rounds(
     sinks: Sequence[Sink],
     checkpoint: Callable[[int], None],
     hold: Callable[[], ContextManager] = nullcontext,
+    grid=None,
 ) -> RoundRecord:
     """Execute plans ``start .. rounds-1``; returns the last round's record.
 
@@ -35,10 +36,22 @@ def run_rounds(
     after each finite round r - 1 with r, the round a resumed run would start at. ``hold()`` wraps
     each round's compute (training and evaluation): the engine's fair share of the cores
     (:func:`fedsim.engine.threads.hold_cores`), which only waits and changes no result.
+
+    ``grid`` (:class:`fedsim.run.evals.EvalGrid`, ``eval.every_seconds``): before each round the
+    model standing until its close is evaluated at the grid times before that close, and after the
+    last finite round at the grid times up to its close. It reads the model only.
     """
     last = None
-    for plan in islice(plans, start, rounds):
+    plans = iter(plans)
+    opened_after = None
+    for plan in islice(plans, start):  # replayed (resume): the last one's close is where the grid resumes
+        opened_after = plan.close
+    if grid is not None:
+        grid.open(opened_after)
+    for plan in islice(plans, rounds - start):
         with hold():
+            if grid is not None:
+                grid.reach(engine, plan.close, plan.round - 1)
             record, clients = engine.step(plan)
             finite = engine.finite()
             if finite and (plan.round == rounds - 1 or (plan.round + 1) % eval_every == 0):
@@ -50,7 +63,14 @@ def run_rounds(
         last = record
         if not finite:
             break
+        if grid is not None:
+            grid.sync()
         checkpoint(plan.round + 1)
     if last is None:
         raise ValueError(f"no round to run: start {start}, rounds {rounds}")
+    if grid is not None:
+        if not last.diverged:
+            with hold():
+                grid.reach(engine, last.sim_time, last.round, inclusive=True)
+        grid.close()
     return last

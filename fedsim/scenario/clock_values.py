@@ -19,7 +19,7 @@ def system_value(system, batch_size: int = 32) -> clock_model.System:
     cm = clock_model
     av = system.availability
     if system.trace is not None:
-        compute = availability = cm.Traced(system.trace, system.trace_repeat, batch_size)
+        compute = availability = cm.Traced(system.trace, system.trace_repeat, batch_size, system.trace_semantics)
     else:
         compute = cm.Speed(_per_client_value(system.speed)) if system.compute is None \
             else cm.Flops(_per_client_value(system.compute.flops))
@@ -64,5 +64,5 @@ def round_value(rule, batch_size: int) -> clock_model.RoundRule:
         work = cm.Epochs(dist(rule.local_epochs), batch_size)
     else:
         work = None
-    return cm.RoundRule(policy, work, rule.max_local_steps, rule.clients_per_round, rule.sampling)
+    return cm.RoundRule(policy, work, rule.max_local_steps, rule.clients_per_round, rule.sampling, rule.weights)
 

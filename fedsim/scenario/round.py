@@ -24,6 +24,7 @@ class RoundConfig(_Frozen):
     max_local_steps: int | None = Field(None, ge=1)
     clients_per_round: int | None = Field(None, ge=1)
     sampling: Literal["uniform", "weighted"] = "uniform"
+    weights: Literal["normalized", "unbiased"] = "normalized"  # uniform sampling's w_i (docs/algorithms.md)
     # over-commitment (FedScale): select ceil(overcommit * clients_per_round), keep the first K
     overcommit: float = 1.3
     # asynchronous policy

@@ -162,6 +162,9 @@ class SystemConfig(_Frozen):
     availability: Availability = "always"
     trace: str | None = None
     trace_repeat: Literal["cycle", "last"] = "cycle"
+    # issue 19: FedScale's online test and job rule (docs/devices.md), and the bytes of one transfer
+    trace_semantics: Literal["fedsim", "fedscale"] = "fedsim"
+    payload_bytes: Annotated[int, Field(gt=0, le=10**15)] | Literal["fedscale_pickle"] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -200,6 +203,13 @@ class SystemConfig(_Frozen):
             raise _FieldError("system.compute", "give speed or compute, not both")
         if self.trace is not None and self.compute is not None:
             raise _FieldError("system.compute", "a trace gives the speed; give either a trace or compute")
+        if self.trace_semantics != "fedsim" and self.trace is None:
+            raise _FieldError("system.trace_semantics", "only with system.trace")
+        if self.trace_semantics == "fedscale" and self.trace_repeat != "cycle":
+            raise _FieldError("system.trace_semantics", "fedscale replays every trace cyclically (t mod finish_time): "
+                              "needs trace_repeat cycle")
+        if self.payload_bytes is not None and self.trace is None and self.network is None:
+            raise _FieldError("system.payload_bytes", "only with system.network or system.trace (transfers to time)")
         return self
 
     def value(self, batch_size: int = 32):
