@@ -172,7 +172,10 @@ def test_overcommit_weights_are_those_of_the_selection():
     from fedsim.rng import stream
 
     assert [j.client for j in plan.jobs] == sorted(stream(5, "select", 0).permutation(4)[:3].tolist())
-    assert [j.weight for j in plan.jobs] == [[0.1, 0.2, 0.3, 0.4][j.client] * 4 / 3 for j in plan.jobs]
+    p = [0.1, 0.2, 0.3, 0.4]
+    chosen = [j.client for j in plan.jobs]
+    # round.weights normalized (the default): p_i over the sum of the ceil(1.5 x 2) = 3 selected clients' p
+    assert [j.weight for j in plan.jobs] == [p[c] / sum(p[k] for k in chosen) for c in chosen]
     assert sum(j.status == "completed" for j in plan.jobs) == 2
 
 
