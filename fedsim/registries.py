@@ -65,10 +65,26 @@ def _register_builtins() -> None:
     DATASETS.register("shakespeare", "fedsim.data.shakespeare:shakespeare")
     DATASETS.register("femnist_fedscale", "fedsim.data.femnist:femnist_fedscale")
     DATASETS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(data=...): the data object
-    # algorithms and their parts (fedsim/algorithms): registered by the algorithms package
-    from .algorithms.builtin import register_builtins
+    # algorithms (presets: fedsim/algorithms/presets.py) and their parts (fedsim/algorithms/parts.py),
+    # lazily: the algorithms package looks parts up here, so importing it from here would be a cycle
+    for name in PRESET_NAMES:
+        ALGORITHMS.register(name, f"fedsim.algorithms.presets:PRESETS[{name}]")
+    parts = "fedsim.algorithms.parts"
+    for name, attr in (("sgd", "SGD"), ("adam", "ADAM"), ("amsgrad", "AMSGRAD")):
+        SOLVERS.register(name, f"{parts}:{attr}")
+    for name in ("none", "scaffold", "vrlsgd", "nova_vr", "fedcm", "lada"):
+        CORRECTIONS.register(name, f"{parts}:{name.upper()}")
+    for name in ("avg", "nova"):
+        AGGREGATIONS.register(name, f"{parts}:{name.upper()}")
+    for name in ("sgd", "momentum", "adam", "yogi", "adagrad"):
+        SERVER_OPTS.register(name, f"{parts}:SERVER_{name.upper()}")
+    for name in ("constant", "polynomial", "hinge"):
+        STALENESS.register(name, f"{parts}:{name.upper()}")
 
-    register_builtins(ALGORITHMS, SOLVERS, CORRECTIONS, AGGREGATIONS, SERVER_OPTS, STALENESS)
+
+#: The built-in presets' names, in the order of fedsim.algorithms.presets.PRESETS (a test checks it).
+PRESET_NAMES = ("fedavg", "fednova", "fedprox", "fednova_prox", "scaffold", "vrlsgd", "fednova_vr", "fedavgm",
+                "fedadam", "fedyogi", "fedadagrad", "fedcm", "localadam", "fedlada", "fedbuff", "fedasync")
 
 
 _register_builtins()

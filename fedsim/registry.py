@@ -52,8 +52,9 @@ class Registry(Generic[T]):
     def register(self, name: str, obj: T | str | None = None, *, replace: bool = False) -> Any:
         """Register ``obj`` under ``name`` (returns it); without ``obj``, a decorator.
 
-        ``obj`` may be a ``"package.module:attribute"`` string, imported on first use (how the
-        built-ins avoid importing torch to validate a scenario). A name registered twice is an
+        ``obj`` may be a ``"package.module:attribute"`` string (or ``"package.module:MAPPING[key]"``,
+        one entry of a mapping), imported on first use (how the built-ins avoid importing torch to
+        validate a scenario). A name registered twice is an
         error unless ``replace`` is true.
         """
         if obj is None:
@@ -87,9 +88,12 @@ class Registry(Generic[T]):
             raise ScenarioError(f"{self.path}: unknown {self.kind} {name!r}; known: {', '.join(self.names())}") from None
         if isinstance(item, _Lazy):
             module, _, attr = item.target.partition(":")
+            attr, _, key = attr.partition("[")  # "module:MAPPING[key]": one entry of a mapping
             try:
                 item = getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as err:
+                if key:
+                    item = item[key.rstrip("]")]
+            except (ImportError, AttributeError, KeyError) as err:
                 raise RegistryError(f"{self.kind} {name!r}: cannot load {item.target} ({err})") from None
             self._items[name] = item
         return item

@@ -100,3 +100,11 @@ def test_resolved_scenario_leaves_out_empty_options_and_keeps_given_ones():
     given = parse_scenario(_scenario(name="mlp", options={"hidden": 7}))
     again = parse_scenario(yaml.safe_load(dump_scenario(given)))
     assert again.model.options == {"hidden": 7} and again == given
+
+
+def test_builtin_preset_names_are_the_presets():
+    from fedsim.algorithms.presets import PRESETS
+    from fedsim.registries import ALGORITHMS, PRESET_NAMES
+
+    assert PRESET_NAMES == tuple(PRESETS)
+    assert all(ALGORITHMS.get(n) is PRESETS[n] for n in PRESET_NAMES)

@@ -6,7 +6,7 @@ amended direction), an aggregation (plain weighted average or FedNova normalizat
 optimizer. A preset fills the parts a scenario leaves unset; every part can be overridden.
 
 ``PRESETS`` are fedsim's own; they are registered in :data:`fedsim.registries.ALGORITHMS` by
-:func:`fedsim.algorithms.builtin.register_builtins`, exactly as a user's preset is registered, and
+:mod:`fedsim.registries`, exactly as a user's preset is registered, and
 ``resolve`` looks every name up there. A preset maps part names (the keys of ``BASE``) to values;
 parts it leaves out are ``BASE``'s.
 """

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import ScenarioError
-from .workload import Tensors, Workload, eval_sample
+from .workload_value import Workload, eval_sample
 
 __all__ = ["federated_workload", "fetcher"]
 
@@ -82,7 +82,7 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
     ``sc.model``; the loss ``loss`` (None: cross-entropy). Checked on one batch before the run
     (:func:`fedsim.engine.probe.probe`)."""
     from ..rng import seed_int
-    from .workload import make_model, model_functions
+    from .workload_value import make_model, model_functions
 
     sizes = np.asarray(data.sizes, dtype=np.int64)
     m = len(sizes)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import ScenarioError
-from .workload import Workload
+from .workload_value import Workload
 
 __all__ = ["probe", "PATHS"]
 

@@ -40,7 +40,7 @@ from ..algorithms.spec import AlgoSpec
 from ..models.dropout import dropout_noise, keyed_dropout_sites, site_shapes
 from ..rng import seed_int, stream
 from .augment import augment_batch, augment_draws
-from .workload import Workload
+from .workload_value import Workload
 
 Tensors = dict[str, torch.Tensor]
 
