@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from fedsim.data.dataset import Dataset, from_arrays
+from fedsim.data.federated import FederatedData
 from fedsim.data.digits import digits, digits_arrays
 from fedsim.data.errors import DataCorrupted, DataNotFound
 from fedsim.data.partition import PARTITIONS, PartitionSpec, class_counts, partition
@@ -25,6 +26,7 @@ __all__ = [
     "DataCorrupted",
     "DataNotFound",
     "Dataset",
+    "FederatedData",
     "PartitionSpec",
     "SyntheticPopulation",
     "build_dataset",
