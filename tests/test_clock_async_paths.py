@@ -49,8 +49,6 @@ CASES = {
 def test_heap_async_equals_simpy(case, checkin):
     kw = dict(speed=SPEEDS, seed=13, checkin=checkin)
     kw.update(CASES[case])
-    if kw["speed"] is not SPEEDS:
-        pass
     heap, sim = make(fast=True, **kw), make(fast=False, **kw)
     a = list(itertools.islice(heap.plans(), 60))
     b = list(itertools.islice(sim.plans(), 60))

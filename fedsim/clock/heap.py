@@ -34,13 +34,12 @@ _COMPLETED, _DROPPED, _FAILED = (STATUSES.index(s) for s in ("completed", "dropp
 class _Job:
     """One async job, its fate decided at its start."""
 
-    __slots__ = ("client", "key", "version", "start", "end", "tau", "status", "down", "up", "available", "done")
+    __slots__ = ("client", "key", "version", "start", "end", "tau", "status", "down", "up", "available")
 
     def __init__(self, client, key, version, start, end, tau, status, down, up):
         self.client, self.key, self.version, self.start, self.end = client, key, version, start, end
         self.tau, self.status, self.down, self.up = tau, status, down, up
-        self.available = -1
-        self.done = False  # processed by the server (no longer in flight)
+        self.available = -1  # clients online at its start, once counted (``_Population.advance``)
 
 
 class _Population:
@@ -185,7 +184,6 @@ def async_tables(clock) -> Iterator[RoundTable]:
     def settle(now: float, batch: list[_Job]) -> None:
         nonlocal arrivals, starved
         for j in sorted(batch, key=lambda j: j.key):
-            j.done = True
             del in_flight[j.key]
             busy[j.client] = False
             pending.append(j)

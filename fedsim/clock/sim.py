@@ -6,7 +6,8 @@ Processes (plain generator functions, SimPy ``machine_shop`` style):
   toggle times and, when the client goes offline, ``interrupt()``\\ s the client's running job;
 * one ``_work`` process per job: download, local steps, upload; an ``Interrupt`` is an outage and
   the job's work is lost (``failed``, end = outage time);
-* the server: ``_sync_rounds`` (window / wait / deadline) or ``_settle`` callbacks (async).
+* the server: ``_sync_rounds`` (window / wait / deadline / overcommit) or ``_settle`` callbacks
+  (async).
 
 Ordering at one instant is explicit. Every event carries an absolute time (``_At``) so no
 ``now + (t - now)`` rounding can reorder ties. State changes (availability toggles, job phases,
