@@ -125,3 +125,13 @@ def test_a_scenario_naming_a_module_imports_nothing(tmp_path):
     s.write_text("name: plug\nmodel: {name: 'os:system'}\ndata: {name: synthetic}\n")
     r = fedsim(tmp_path, None, "validate", str(s))
     assert r.returncode == 2 and r.stderr.startswith("model.name: unknown model 'os:system'; known: cnn, ")
+
+
+def test_compare_workers_load_the_plugin_too(tmp_path):
+    mods = tmp_path / "mods"
+    install(mods, "my_pieces", PACKAGE.replace("_plugin", "_local"), entry_point=False)
+    s = scenario(tmp_path, "blobs_local", "tiny_local")
+    r = fedsim(tmp_path, mods, "compare", str(s), "--algorithms", "fedavg,fednova", "--jobs", "2", "--out", "cmp",
+               "--quiet", "--plugin", "my_pieces")
+    assert r.returncode == 0, r.stderr
+    assert "2 run, 0 already done, 0 failed" in r.stdout

@@ -38,7 +38,7 @@ def is_complete(folder: str | Path, scenario: Scenario | None = None) -> bool:
     return run_complete(folder, None if scenario is None else dump_scenario(scenario))
 
 
-def run_one(scenario_text: str, folder: str, table_format: str = "csv", plugins: Sequence[str] = ()) -> dict:
+def run_one(scenario_text: str, folder: str, table_format: str = "csv") -> dict:
     """Worker: run one (cell, seed) into its folder (top level so spawned processes can import it).
 
     A folder holding an unfinished run of the same scenario is continued from its last checkpoint
@@ -47,10 +47,8 @@ def run_one(scenario_text: str, folder: str, table_format: str = "csv", plugins:
     engine's rule in every worker (fedsim.engine.threads), so --jobs changes no result; parallel
     workers on the same cores take turns at each round's compute.
     """
-    from ..plugins import load_plugins
     from ..run import run
 
-    load_plugins(plugins)  # a spawned worker registers what the main process did (--plugin, entry points)
     sc = parse_scenario(yaml.safe_load(scenario_text))
     stored = Path(folder) / "scenario.yaml"
     same = stored.is_file() and stored.read_text() == scenario_text
@@ -161,15 +159,17 @@ def run_compare(
         if jobs == 1 or len(todo) <= 1:
             for r in todo:
                 try:
-                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder), table_format, tuple(plugins)), None)
+                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder), table_format), None)
                 except Exception as err:  # noqa: BLE001 - one failed cell must not lose the others
                     finished(r, None, err)
         else:
             import multiprocessing as mp
 
             ctx = mp.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx) as pool:
-                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder), table_format, tuple(plugins)): r for r in todo}
+            # a spawned worker first registers what this process did (entry points, --plugin modules)
+            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=load_plugins,
+                                     initargs=(tuple(plugins),)) as pool:
+                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder), table_format): r for r in todo}
                 try:
                     while pending:
                         done, _ = wait(pending, return_when=FIRST_COMPLETED)
