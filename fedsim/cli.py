@@ -59,7 +59,10 @@ def _load_checked(args):
 
     sc = load_scenario(args.scenario, args.overrides)
     variants = expand_variants(sc, _raw(args), Path(args.scenario).resolve().parent)
+    from .validate import check_runnable
+
     for _, vsc in variants:
+        check_runnable(vsc)
         if vsc.system.trace is not None:
             from .clock import load_trace
             from .validate import check_trace
