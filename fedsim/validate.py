@@ -184,18 +184,23 @@ def check_limits(sc: Any) -> None:
     if rnd.policy == "window":
         _check_window_steps(sc)
     _check_ints(sc.model_dump(), "")
-    check_runnable(sc)
+    _check_per_client(sc)
 
 
 def check_runnable(sc: Any) -> None:
-    """What the run would refuse and the field checks do not see (issue 21.18): device compute or
-    network on quadratic data (no model: no FLOPs or bytes); a per-client list of FLOP/s or
-    bandwidths that is not one value per client."""
-    system, m = sc.system, sc.data.num_clients
+    """What the run would refuse and the scenario's own checks allow (issue 21.18): device compute
+    or network on quadratic data (no model: no FLOPs or bytes to time; the clock alone can take
+    them with a given cost, so this is checked where a run is asked for: ``fedsim validate``,
+    ``run``, ``compare``)."""
     if sc.data.name == "quadratic":
         for key in ("compute", "network"):
-            if getattr(system, key) is not None:
+            if getattr(sc.system, key) is not None:
                 raise ScenarioError(f"system.{key}: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
+
+
+def _check_per_client(sc: Any) -> None:
+    """A per-client list of FLOP/s or bandwidths must hold one value per client."""
+    system, m = sc.system, sc.data.num_clients
     for path, value in (("system.compute.flops", system.compute and system.compute.flops),
                         ("system.network.down", system.network and system.network.down),
                         ("system.network.up", system.network and system.network.up)):  # fmt: skip

@@ -234,20 +234,39 @@ def _slot(cpu: int):
 
 
 def _wait_lock(fd: int, deadline: float) -> bool:
-    """Take the lock of ``fd``, polling until ``deadline`` (``time.monotonic``); False if it
-    stayed taken."""
-    import fcntl
+    """Take the lock of ``fd`` by ``deadline`` (``time.monotonic``); False if it stayed taken.
 
-    pause = 0.001
-    while True:
+    The wait is a blocking ``flock`` (the kernel wakes the waiter as soon as the lock is free, so
+    a waiting run is not starved by others, as polling would be) in a helper thread joined with
+    a timeout; a helper that gets the lock after its waiter gave up releases it at once."""
+    import fcntl
+    import threading
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        pass
+    guard, state = threading.Lock(), {"got": False, "abandoned": False}
+
+    def take() -> None:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(pause)
-            pause = min(0.05, pause * 2)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            return
+        with guard:
+            if state["abandoned"]:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            else:
+                state["got"] = True
+
+    helper = threading.Thread(target=take, name="fedsim-core-slot", daemon=True)
+    helper.start()
+    helper.join(max(0.0, deadline - time.monotonic()))
+    with guard:
+        if not state["got"]:
+            state["abandoned"] = True
+        return state["got"]
 
 
 def _acquire(threads: int) -> list:
