@@ -124,7 +124,7 @@ def test_a_scenario_naming_a_module_imports_nothing(tmp_path):
     s = tmp_path / "s.yaml"
     s.write_text("name: plug\nmodel: {name: 'os:system'}\ndata: {name: synthetic}\n")
     r = fedsim(tmp_path, None, "validate", str(s))
-    assert r.returncode == 2 and r.stderr.startswith("model.name: unknown model 'os:system'; known: cnn, ")
+    assert r.returncode == 2 and r.stderr.startswith("model.name: unknown model 'os:system'; known: char_lstm, cnn, ")
 
 
 def test_compare_workers_load_the_plugin_too(tmp_path):
