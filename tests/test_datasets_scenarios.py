@@ -107,3 +107,25 @@ def test_missing_files_exit_2_naming_dataset_source_and_folder(tmp_path, name, c
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert str(root) in err and ("TalwalkarLab/leaf" in err or "SymbioticLab/FedScale" in err)
     assert not out.exists()
+
+
+@needs_wiring
+def test_natural_partition_decides_data_clients(tmp_path, capsys):
+    from fedsim.cli import main
+
+    write_leaf_folder(tmp_path / "data", femnist_user, {"a": (4, 2), "b": (3, 1), "c": (5, 1)})
+    base = ["run", str(SCEN / "femnist_leaf.yaml"), "--quiet", "--set", f"data.root={tmp_path / 'data'}", "--set",
+            "variants=null", "--set", "rounds=1", "--set", "round.local_epochs=null", "--set", "round.local_steps=1",
+            "--set", "eval.train_loss=false"]
+    # three writers in the files: 4 per round is refused against their count, before any folder exists
+    assert main(base + ["--out", str(tmp_path / "r4"), "--set", "round.clients_per_round=4"]) == 2
+    assert capsys.readouterr().err.strip() == "round.clients_per_round: must be <= data.clients (3)"
+    assert not (tmp_path / "r4").exists()
+    # a data.clients that disagrees with the files is refused too
+    assert main(base + ["--out", str(tmp_path / "r2"), "--set", "data.clients=2", "--set", "round.clients_per_round=2"]) == 2
+    assert capsys.readouterr().err.strip().startswith("data.clients: femnist has 3 clients; got 2")
+    # unset: the files decide, and scenario.yaml records their count
+    assert main(base + ["--out", str(tmp_path / "ok"), "--set", "round.clients_per_round=3"]) == 0
+    import yaml
+
+    assert yaml.safe_load((tmp_path / "ok" / "scenario.yaml").read_text())["data"]["clients"] == 3

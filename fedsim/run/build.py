@@ -79,17 +79,26 @@ def adopt_clients(sc: Scenario, data=None):
     writer or role per client, :attr:`~fedsim.scenario.data.DataConfig.clients_from_data`), the
     data are built here (``data`` when given from Python) and the scenario is validated again with
     ``data.clients`` set to their count, so ``round.clients_per_round`` and the per-client lists are
-    checked against it and scenario.yaml records it. Any failure is a one-line ScenarioError, before
-    the run folder is touched.
+    checked against it and scenario.yaml records it; a ``data.clients`` given for such a dataset
+    must equal that count. Any failure is a one-line ScenarioError, before the run folder is
+    touched.
     """
-    if not sc.data.clients_from_data:
+    from ..scenario.data import DEFAULT_CLIENTS
+
+    if sc.data.name in DEFAULT_CLIENTS or sc.data.centers is not None:
         return sc, data
     from ..data.federated import FederatedData
     from ..engine.workload import dataset_for
+    from ..errors import ScenarioError
     from ..scenario import parse_scenario
 
     built = dataset_for(sc) if data is None else data
-    sizes = built.sizes if isinstance(built, FederatedData) else built.client_sizes
+    n = int(len(built.sizes if isinstance(built, FederatedData) else built.client_sizes))
+    if sc.data.clients is not None:
+        if sc.data.clients != n:
+            raise ScenarioError(f"data.clients: {sc.data.name} has {n} clients; got {sc.data.clients} "
+                                "(leave data.clients unset and the data decide)")
+        return sc, built
     raw = sc.model_dump(mode="json")
-    raw["data"]["clients"] = int(len(sizes))
+    raw["data"]["clients"] = n
     return parse_scenario(raw), built

@@ -78,7 +78,7 @@ class DataConfig(_Frozen):
         """True when the data decide the number of clients (``clients`` unset and ``name`` is not one
         of the datasets with a default count, e.g. FEMNIST's writers): the runner builds the data
         first and the scenario takes their count (:func:`fedsim.run.build.adopt_clients`)."""
-        return self.clients is None and self.centers is None and self.name not in _DEFAULT_CLIENTS
+        return self.clients is None and self.centers is None and self.name not in DEFAULT_CLIENTS
 
     @property
     def num_clients(self) -> int:
@@ -90,7 +90,7 @@ class DataConfig(_Frozen):
 
 
 #: Datasets whose number of clients defaults to ``num_clients``'s count when ``data.clients`` is unset.
-_DEFAULT_CLIENTS = frozenset({"quadratic", "synthetic", "digits", "mnist", "fashion_mnist", "cifar10", "cifar100",
+DEFAULT_CLIENTS = frozenset({"quadratic", "synthetic", "digits", "mnist", "fashion_mnist", "cifar10", "cifar100",
                               "tinyimagenet"})
 
 
