@@ -20,7 +20,8 @@ from fedsim.models import vgg as _vgg
 #: fedsim's own models (registered in :data:`fedsim.registries.MODELS`).
 MODELS = ("logreg", "mlp", "cnn", "vgg11", "resnet18_gn")
 
-__all__ = ["MODELS", "build_model", "call_factory", "cnn", "count_parameters", "logreg", "mlp", "resnet18_gn", "vgg11"]
+__all__ = ["MODELS", "build_model", "call_factory", "cnn", "count_parameters", "logreg", "mlp", "resnet18_gn", "two_conv_layers",
+           "vgg11"]
 
 
 def logreg(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
@@ -48,17 +49,21 @@ def cnn(input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
     if h < 4 or w < 4:
         raise ValueError(f"cnn: input {input_shape} is smaller than 4x4")
     return nn.Sequential(
-        nn.Conv2d(c, 32, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
+        *two_conv_layers(c),
         nn.Linear(64 * (h // 4) * (w // 4), 512),
         nn.ReLU(),
         nn.Linear(512, num_classes),
     )
+
+
+def two_conv_layers(channels: int) -> list[nn.Module]:
+    """The convolutional part of McMahan et al.'s CNN (also LEAF's FEMNIST CNN): two 5x5 convs of
+    32 and 64 channels ("same" padding), each followed by ReLU and 2x2 max pooling, then flatten."""
+    return [
+        nn.Conv2d(channels, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(),
+    ]
 
 
 def _image_shape(input_shape: tuple[int, ...], model: str) -> tuple[int, int, int]:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fedsim.models import two_conv_layers
+
 __all__ = ["CharLSTM", "LeafLSTMCell", "char_lstm", "leaf_cnn"]
 
 
@@ -34,13 +36,7 @@ def leaf_cnn(input_shape: tuple[int, ...], num_classes: int, *, dense: int = 204
     if h < 4 or w < 4:
         raise ValueError(f"leaf_cnn: input {tuple(input_shape)} is smaller than 4x4")
     return nn.Sequential(
-        nn.Conv2d(c, 32, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
+        *two_conv_layers(c),
         nn.Linear(64 * (h // 4) * (w // 4), dense),
         nn.ReLU(),
         nn.Linear(dense, num_classes),

@@ -9,7 +9,7 @@ import numpy as np
 
 from fedsim.errors import ScenarioError
 
-__all__ = ["DataFormatError", "check_client", "labels_array"]
+__all__ = ["DataFormatError", "check_client", "labels_array", "test_parts"]
 
 
 class DataFormatError(ScenarioError):
@@ -46,3 +46,19 @@ def check_client(x: Any, y: Any, where: str | Path, who: str, *, expected: int |
         raise DataFormatError(where, f"{who}: no samples")
     if expected is not None and len(y) != expected:
         raise DataFormatError(where, f"{who}: {len(y)} examples, the file declares {expected}")
+
+
+def test_parts(train_ids, test_ids, test_arrays):
+    """``(test, client_test)`` for :class:`~fedsim.data.FederatedData` from a test file's clients.
+
+    When every training client has a test part (LEAF's per-user split), ``client_test(k)`` is
+    training client k's part (``test_arrays(position in the test file)``) and ``test`` is None;
+    otherwise the test file's clients together form one shared ``test`` set (LEAF's ``-t user``
+    split: held-out users) and ``client_test`` is None.
+    """
+    at = {c: i for i, c in enumerate(test_ids)}
+    if all(c in at for c in train_ids):
+        order = [at[c] for c in train_ids]
+        return None, lambda k: test_arrays(order[k])
+    parts = [test_arrays(i) for i in range(len(test_ids))]
+    return (np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])), None

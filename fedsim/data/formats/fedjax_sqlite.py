@@ -25,7 +25,7 @@ import numpy as np
 
 from fedsim.data.errors import DataNotFound
 from fedsim.data.federated import FederatedData
-from fedsim.data.formats.errors import DataFormatError, check_client, labels_array
+from fedsim.data.formats.errors import DataFormatError, check_client, labels_array, test_parts
 
 __all__ = ["load_fedjax_sqlite", "decode_examples"]
 
@@ -141,18 +141,9 @@ def load_fedjax_sqlite(
     tr, te = (_Database(p) for p in paths)
     if not tr.ids:
         raise DataFormatError(tr.path, "no clients in federated_data")
-    at = {c: i for i, c in enumerate(te.ids)}
-    client_test = test_part = None
-    if all(c in at for c in tr.ids):
-        order = [at[c] for c in tr.ids]
-
-        def client_test(k: int) -> tuple[np.ndarray, np.ndarray]:
-            return te.arrays(order[k], x_key, y_key, num_classes)
-    else:
-        parts = [te.arrays(i, x_key, y_key, num_classes) for i in range(len(te.ids))]
-        if not parts:
-            raise DataFormatError(te.path, "no clients in federated_data")
-        test_part = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    if not te.ids:
+        raise DataFormatError(te.path, "no clients in federated_data")
+    test_part, client_test = test_parts(tr.ids, te.ids, lambda i: te.arrays(i, x_key, y_key, num_classes))
 
     def client_data(k: int) -> tuple[np.ndarray, np.ndarray]:
         return tr.arrays(k, x_key, y_key, num_classes)

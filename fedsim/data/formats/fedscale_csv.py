@@ -24,7 +24,7 @@ import numpy as np
 
 from fedsim.data.errors import DataNotFound
 from fedsim.data.federated import FederatedData
-from fedsim.data.formats.errors import DataFormatError
+from fedsim.data.formats.errors import DataFormatError, test_parts
 from fedsim.data.formats.images import decode_image, stack_images
 
 __all__ = ["MAPPING", "load_fedscale"]
@@ -143,15 +143,6 @@ def load_fedscale(root: str | Path, *, num_classes: int | None = None, name: str
         num_classes = int(max(tr.labels.max(), te.labels.max())) + 1
     for m in (tr, te):
         m.check_labels(num_classes)
-    at = {n: i for i, n in enumerate(te.names)}
-    client_test = test_part = None
-    if all(n in at for n in tr.names):
-        order = [at[n] for n in tr.names]
-
-        def client_test(k: int) -> tuple[np.ndarray, np.ndarray]:
-            return te.arrays(order[k])
-    else:
-        parts = [te.arrays(i) for i in range(len(te.names))]
-        test_part = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    test_part, client_test = test_parts(tr.names, te.names, te.arrays)
     return FederatedData(sizes=tr.sizes(), client_data=tr.arrays, test=test_part, client_test=client_test,
                          num_classes=max(num_classes, 2), name=name, client_ids=tr.names, **kw)

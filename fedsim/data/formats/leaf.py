@@ -28,7 +28,7 @@ import numpy as np
 
 from fedsim.data.errors import DataNotFound
 from fedsim.data.federated import FederatedData
-from fedsim.data.formats.errors import DataFormatError, check_client
+from fedsim.data.formats.errors import DataFormatError, check_client, test_parts
 
 __all__ = ["LeafIndex", "load_leaf", "scan_leaf_file", "VALIDATE_BYTES"]
 
@@ -291,17 +291,8 @@ def load_leaf(
     def client_data(k: int) -> tuple[np.ndarray, np.ndarray]:
         return user_arrays(train, k)
 
-    at = test.position()
-    if all(u in at for u in train.users):  # LEAF's per-user split: each client has its test part
-        order = [at[u] for u in train.users]
-        test_part = None
-
-        def client_test(k: int) -> tuple[np.ndarray, np.ndarray]:
-            return user_arrays(test, order[k])
-    else:  # LEAF's -t user split: held-out users form one shared test set
-        parts = [user_arrays(test, i) for i in range(len(test.users))]
-        test_part = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
-        client_test = None
+    # LEAF's per-user split (each client has its test part) or its -t user split (held-out users)
+    test_part, client_test = test_parts(train.users, test.users, lambda i: user_arrays(test, i))
     return FederatedData(
         sizes=train.sizes,
         client_data=client_data,

@@ -20,7 +20,7 @@ import numpy as np
 
 from fedsim.data.errors import DataNotFound
 from fedsim.data.federated import FederatedData
-from fedsim.data.formats.errors import DataFormatError, check_client, labels_array
+from fedsim.data.formats.errors import DataFormatError, check_client, labels_array, test_parts
 
 __all__ = ["load_pfl_hdf5"]
 
@@ -118,18 +118,9 @@ def load_pfl_hdf5(
     tr, te = (_File(p, x_key, y_key) for p in paths)
     if not tr.users:
         raise DataFormatError(tr.path, "no users under 'examples'")
-    at = {u: i for i, u in enumerate(te.users)}
-    client_test = test_part = None
-    if all(u in at for u in tr.users):
-        order = [at[u] for u in tr.users]
-
-        def client_test(k: int) -> tuple[np.ndarray, np.ndarray]:
-            return te.arrays(order[k], num_classes)
-    else:
-        if not te.users:
-            raise DataFormatError(te.path, "no users under 'examples'")
-        parts = [te.arrays(i, num_classes) for i in range(len(te.users))]
-        test_part = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    if not te.users:
+        raise DataFormatError(te.path, "no users under 'examples'")
+    test_part, client_test = test_parts(tr.users, te.users, lambda i: te.arrays(i, num_classes))
 
     def client_data(k: int) -> tuple[np.ndarray, np.ndarray]:
         return tr.arrays(k, num_classes)

@@ -28,7 +28,7 @@ import numpy as np
 
 from fedsim.data.errors import DataNotFound
 from fedsim.data.federated import FederatedData
-from fedsim.data.formats.errors import DataFormatError, check_client, labels_array
+from fedsim.data.formats.errors import DataFormatError, check_client, labels_array, test_parts
 from fedsim.data.formats.images import decode_image, stack_images
 from fedsim.rng import stream
 
@@ -321,15 +321,7 @@ def load_table(
         if not test_path.exists():
             raise DataNotFound(f"{name}: no test table at {test_path}")
         te = _Part(test_path, cols)
-        at = {n: i for i, n in enumerate(te.names)}
-        if all(n in at for n in tr.names):
-            order = [at[n] for n in tr.names]
-
-            def client_test(k: int) -> tuple[np.ndarray, np.ndarray]:
-                return te.arrays(order[k])
-        else:
-            parts = [te.arrays(i) for i in range(len(te.names))]
-            test_part = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+        test_part, client_test = test_parts(tr.names, te.names, te.arrays)
 
         def client_data(k: int) -> tuple[np.ndarray, np.ndarray]:
             return tr.arrays(k)
