@@ -82,8 +82,23 @@ def _load_checked(args):
     return sc, variants
 
 
+def _check_compute_steps(sc) -> None:
+    """The window-steps bound of ``system.compute`` needs the model's FLOPs per step: counted here
+    (the data are built for their input shape, the model on torch's meta device), so ``validate``
+    refuses what the run would (:func:`fedsim.validate.check_compute_steps`)."""
+    from .engine.workload import dataset_for
+    from .schedule import work_cost_for
+    from .validate import check_compute_steps
+
+    cost = work_cost_for(sc, dataset_for(sc))
+    check_compute_steps(sc, None if cost is None else cost.step_flops)
+
+
 def _cmd_validate(args) -> int:
     _, variants = _load_checked(args)
+    for _, vsc in variants:  # the run checks this once its model is built; validate counts the FLOPs itself
+        if vsc.system.compute is not None and vsc.round.policy == "window":
+            _check_compute_steps(vsc)
     names = ", ".join(v for v, _ in variants if v)
     print(f"{args.scenario}: ok" + (f" ({len(variants)} variants: {names})" if names else ""))
     return 0

@@ -78,7 +78,7 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
 
         ds = dataset_for(sc)
     sizes, weights = client_sizes_and_weights(sc, ds)
-    clock = build_clock(sc, sizes, weights, cost=_work_cost(sc, ds, model))  # everything that can fail, before the folder
+    clock = build_clock(sc, sizes, weights, cost=work_cost_for(sc, ds, model))  # everything that can fail, before the folder
     with locked(out):
         prepare_folder(sc, out, force=force)
         (_write_parquet if table_format == "parquet" else _write_tables)(clock, sc.rounds, out)
@@ -97,7 +97,7 @@ def _tables(clock, rounds: int):
         yield table
 
 
-def _work_cost(sc: Scenario, ds, model=None):
+def work_cost_for(sc: Scenario, ds, model=None):
     """The model's cost (FLOPs per step, bytes per transfer) when the system model needs it:
     ``system.compute``, ``system.network`` or a trace (device traces time steps and transfers)."""
     s = sc.system

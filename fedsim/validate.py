@@ -219,8 +219,8 @@ def check_trace(sc: Any, trace: Any) -> None:
 def check_compute_steps(sc: Any, step_flops: float | None) -> None:
     """``system.compute`` under ``policy: window``: the steps a window fits, (window - 2 latency) x
     fastest FLOP/s / step FLOPs, must not exceed ``MAX_STEPS_PER_JOB`` unless capped, as for
-    speeds. Needs the model's step FLOPs, so the run checks it once the model is built (before its
-    folder is touched); ``fedsim validate`` builds no model and cannot."""
+    speeds. Needs the model's step FLOPs: the run checks it once the model is built (before its
+    folder is touched), ``fedsim validate`` counts them for this check alone."""
     system, rnd = sc.system, sc.round
     if system.compute is None or rnd.policy != "window" or not step_flops:
         return

@@ -158,3 +158,11 @@ def test_compute_fitting_too_many_steps_is_refused_before_the_folder_is_touched(
     _exit2(capsys, ["run", str(sc), "--out", str(tmp_path / "r"), "--quiet"], "system.compute.flops", "10,000,000",
            seconds=60)
     assert not (tmp_path / "r").exists()
+    # validate counts the model's FLOPs for this one check and refuses it too (issue 21.18)
+    _exit2(capsys, ["validate", str(sc)], "system.compute.flops", "10,000,000", seconds=60)
+    # capped by round.max_local_steps, both accept it
+    capped = write_yaml({**LOGREG, "round": {"policy": "window", "window": 5.0, "max_local_steps": 5},
+                         "system": {"compute": {"flops": 1e300}}}, name="capped.yaml")
+    from fedsim.cli import main
+
+    assert main(["validate", str(capped)]) == 0
