@@ -210,10 +210,20 @@ def _check_per_client(sc: Any) -> None:
 
 def check_trace(sc: Any, trace: Any) -> None:
     """A loaded trace the run could not use: under ``wait`` or ``async`` a round needs a client
-    online, so a trace where none of the scenario's clients is ever online is refused."""
+    online, so a trace where none of the scenario's clients is ever online is refused; under
+    ``async``, ``round.concurrency`` may not exceed the clients ever online."""
     if sc.round.policy in ("wait", "async") and not any(bool(c.online.any()) for c in trace.clients):
         raise ScenarioError(f"system.trace: no client is ever online in {trace.path}; policy {sc.round.policy} "
                             "would wait forever")
+    rnd = sc.round
+    if rnd.policy == "async" and rnd.concurrency is not None:
+        # client k replays trace entry k mod n: count the scenario's clients that are ever online
+        online = [bool(c.online.any()) for c in trace.clients]
+        m, n = sc.data.num_clients, len(online)
+        ever = (m // n) * sum(online) + sum(online[: m % n])
+        if rnd.concurrency > ever:
+            raise ScenarioError(f"round.concurrency: {rnd.concurrency} is more than the {ever} clients ever online "
+                                f"in {trace.path} (async keeps that many training)")
 
 
 def check_compute_steps(sc: Any, step_flops: float | None) -> None:

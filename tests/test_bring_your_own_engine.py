@@ -163,7 +163,7 @@ def test_regression_loss_has_no_accuracy():
     assert work.num_classes == 0 and work.engine_path == "batched"
     loss, acc = evaluate.test_metrics(work, work.init_params)
     x, y = torch.as_tensor(parts[0][0], dtype=torch.float64), torch.as_tensor(parts[0][1], dtype=torch.float64)
-    want = float(((work.module(x) - y) ** 2).mean())
+    want = float(((work.module(x) - y) ** 2).mean().detach())
     assert loss == pytest.approx(want, rel=1e-12) and math.isnan(acc)
 
 

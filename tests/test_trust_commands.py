@@ -166,3 +166,36 @@ def test_compute_fitting_too_many_steps_is_refused_before_the_folder_is_touched(
     from fedsim.cli import main
 
     assert main(["validate", str(capped)]) == 0
+
+
+def test_async_concurrency_above_the_clients_ever_online_is_refused(write_yaml, tmp_path, capsys):
+    # four clients, client 1 never online: three are ever online
+    (tmp_path / "t.csv").write_text("client,start,end,online,speed\n0,0,10,1,1\n1,0,10,0,1\n2,0,10,1,1\n3,0,10,1,1\n")
+    quad4 = {**QUAD, "data": {"name": "quadratic", "centers": [[1.0], [2.0], [3.0], [4.0]]}}
+    algo = {"name": "fedasync", "lr": 0.1, "batch_size": 1}
+    sc = write_yaml({**quad4, "round": {"policy": "async", "local_steps": 2, "concurrency": 4}, "algorithm": algo,
+                     "system": {"trace": "t.csv"}})
+    _exit2(capsys, ["validate", str(sc)], "round.concurrency: 4 is more than the 3 clients ever online")
+    _exit2(capsys, ["run", str(sc), "--out", str(tmp_path / "r"), "--quiet"], "round.concurrency: 4")
+    assert not (tmp_path / "r").exists()
+    ok = write_yaml({**quad4, "round": {"policy": "async", "local_steps": 2, "concurrency": 3}, "algorithm": algo,
+                     "system": {"trace": "t.csv"}}, name="ok.yaml")
+    assert main(["validate", str(ok)]) == 0
+
+
+def test_concurrency_counts_the_clients_that_replay_an_online_device():
+    from types import SimpleNamespace as NS
+
+    import numpy as np
+
+    from fedsim.errors import ScenarioError
+    from fedsim.validate import check_trace
+
+    trace = NS(path="t.csv", clients=[NS(online=np.array([1])), NS(online=np.array([0])), NS(online=np.array([0, 1]))])
+
+    def sc(concurrency):
+        return NS(round=NS(policy="async", concurrency=concurrency), data=NS(num_clients=7))
+
+    check_trace(sc(5), trace)  # 7 clients replay devices 0, 1, 2, 0, 1, 2, 0: five of them ever online
+    with pytest.raises(ScenarioError, match="round.concurrency: 6 is more than the 5 clients ever online"):
+        check_trace(sc(6), trace)
