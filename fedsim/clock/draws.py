@@ -84,10 +84,6 @@ class PerClientDraws:
             return v
         return self.values[clients]
 
-    def all(self) -> np.ndarray:
-        """Every client's value."""
-        return self.take(np.arange(len(self.values))) if self.lazy else self.values
-
 
 def select(
     available: np.ndarray,

@@ -92,11 +92,6 @@ class RoundPlan:
     available: int = 0
     started: tuple[tuple[int, int, int], ...] = ()
 
-    @property
-    def completed(self) -> tuple[Job, ...]:
-        """The jobs whose update reaches the server."""
-        return tuple(j for j in self.jobs if j.status == "completed")
-
     def table(self) -> "RoundTable":
         """The same plan as numpy columns."""
         cols = {name: [getattr(j, name) for j in self.jobs] for name in JOB_COLUMNS}
