@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = [
     "MAX_SCENARIO_BYTES", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "MAX_INT_LITERAL", "MAX_NAME_LENGTH", "MAX_INT",
     "MAX_SEED", "MAX_ROUNDS", "MAX_CLIENTS", "MIN_SPEED", "MAX_SPEED", "MIN_SLOWDOWN", "MAX_SLOWDOWN",
-    "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS", "MAX_COMPARE_RUNS",
+    "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS", "MAX_COMPARE_RUNS", "MAX_EVAL_ROWS",
     "MIN_DIURNAL_PERIOD", "MIN_DIURNAL_LEVEL", "MAX_TRACE_BYTES", "MAX_TRACE_ROWS", "MAX_PART_ROWS", "MAX_DPI",
     "MAX_CORE_WAIT_S",
 ]
@@ -52,6 +52,9 @@ MAX_EPOCHS = 10**4
 MAX_SEEDS = 10_000
 #: Most runs (cells x seeds) one ``compare`` may plan; counted before any cell is built.
 MAX_COMPARE_RUNS = 10_000
+#: Most grid times of ``eval.every_seconds`` in one run (rows of evals.csv): checked at validation
+#: where the run's length is known (``policy: window``: rounds x window), else when the run reaches it.
+MAX_EVAL_ROWS = 10**6
 #: Shortest diurnal ``period`` (seconds).
 MIN_DIURNAL_PERIOD = 1e-3
 #: Smallest diurnal ``peak`` and ``1 - trough`` (unless ``trough`` is 1: always online). The

@@ -14,7 +14,7 @@ from typing import Any
 from .errors import ScenarioError
 from .limits import (
     MAX_CLIENTS, MAX_EPOCHS, MAX_INT, MAX_NAME_LENGTH, MAX_ROUNDS, MAX_SECONDS, MAX_SEED, MAX_SEEDS,
-    MAX_SIGMA, MAX_SLOWDOWN, MAX_SPEED, MAX_STEPS_PER_JOB, MIN_SLOWDOWN, MIN_SPEED,
+    MAX_EVAL_ROWS, MAX_SIGMA, MAX_SLOWDOWN, MAX_SPEED, MAX_STEPS_PER_JOB, MIN_SLOWDOWN, MIN_SPEED,
 )
 
 __all__ = [
@@ -183,6 +183,10 @@ def check_limits(sc: Any) -> None:
             _at_most(f"round.{key}", _high(value), bound)
     if rnd.policy == "window":
         _check_window_steps(sc)
+        every = sc.eval.every_seconds
+        if every is not None and sc.rounds * rnd.window / every > MAX_EVAL_ROWS:
+            raise ScenarioError(f"eval.every_seconds: {sc.rounds} windows of {rnd.window:g} s hold more than "
+                                f"{MAX_EVAL_ROWS:,} grid times; use a larger interval")
     _check_ints(sc.model_dump(), "")
     _check_per_client(sc)
 

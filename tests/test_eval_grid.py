@@ -128,3 +128,20 @@ def test_compare_summary_and_plots_use_the_grid(tmp_path, write_yaml):
         assert (math.isnan(row.time_to_target) and hit.empty) or row.time_to_target == hit["sim_time"].iloc[0]
     names = [p.name for p in plot_dir(out, tmp_path / "fig", target=0.3, per_cell=False)]
     assert "acc_vs_time.png" in names and "time_to_target.png" in names
+
+
+def test_too_many_grid_times_are_refused(tmp_path, write_yaml, capsys, monkeypatch):
+    # windows: the run's length is known (8 x 2 s = 16 s), so validation refuses 16 / 1e-6 grid times
+    path = write_yaml({**BASE, "eval": {"every": 1, "every_seconds": 1e-6}})
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "eval.every_seconds: 8 windows of 2 s hold more than 1,000,000 grid times; use a larger interval")
+    # other policies: the run stops with one line when it reaches the bound; the rows written stay
+    import fedsim.run.evals as evals_module
+
+    monkeypatch.setattr(evals_module, "MAX_EVAL_ROWS", 3)
+    out = tmp_path / "wait"
+    assert main(["run", str(write_yaml(scenario("wait"), name="w.yaml")), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("eval.every_seconds: the run reached 3 grid times")
+    assert pd.read_csv(out / "evals.csv")["sim_time"].tolist() == [S, 2 * S, 3 * S]

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ..errors import ScenarioError
+from ..limits import MAX_EVAL_ROWS
 from ..records import RoundRecord
 from ..report.tables import TableWriter
 from .files import write_atomic
@@ -62,6 +64,9 @@ class EvalGrid:
         rows = []
         metrics = None
         while self.k * self.every < t or (inclusive and self.k * self.every == t):
+            if self.k > MAX_EVAL_ROWS:  # rows written so far stay; the run stops with one line (exit 2)
+                raise ScenarioError(f"eval.every_seconds: the run reached {MAX_EVAL_ROWS:,} grid times at simulated "
+                                    f"time {(self.k - 1) * self.every:g} s; use a larger interval")
             g = self.k * self.every
             if metrics is None:
                 rec = engine.evaluate(RoundRecord(round=last_round, sim_time=g, participants=0,
