@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..rng import seed_int, stream
+from ..rng import seed_int
 from .workload_value import EVAL_CLIENTS, Tensors, Workload, eval_info, eval_sample, make_model, model_functions
 
 __all__ = ["Workload", "build_workload", "resolve_device", "dataset_for", "client_sizes", "eval_sample", "eval_info",
@@ -41,14 +41,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 def _quadratic(sc, device, dtype) -> Workload:
-    d = sc.data
-    if d.centers is not None:
-        centers = np.asarray(d.centers, dtype=np.float64)
-    else:
-        m = d.num_clients
-        centers = d.center_scale * stream(sc.data_seed, "centers").standard_normal((m, d.dim))
+    from ..data.quadratic import QuadraticProblem
+
+    problem = QuadraticProblem.from_config(sc.data, sc.data_seed)  # the centers e_i and weights p_i
+    centers, p = problem.centers, problem.weights
     m = centers.shape[0]
-    p = np.full(m, 1.0 / m) if d.weights is None else np.asarray(d.weights, dtype=np.float64) / sum(d.weights)
     x = torch.as_tensor(centers, dtype=dtype, device=device)
 
     def loss(params: Tensors, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
