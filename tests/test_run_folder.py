@@ -9,19 +9,11 @@ from argparse import Namespace
 
 import pytest
 import torch
-import yaml
 
 from fedsim.cli import main
 
-QUAD = {  # two clients, exact gradients: a run takes milliseconds
-    "name": "quad",
-    "seed": 0,
-    "rounds": 6,
-    "data": {"name": "quadratic", "centers": [[1.0], [3.0]]},
-    "round": {"policy": "wait", "local_steps": 2},
-    "algorithm": {"name": "fedavg", "lr": 0.1, "batch_size": 1},
-    "checkpoint": {"every": 2},
-}
+from _tiny_runs import QUAD
+
 FILES = ("rounds.csv", "clients.csv", "model.pt")
 
 

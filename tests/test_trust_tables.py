@@ -12,25 +12,9 @@ import yaml
 
 from fedsim.cli import main
 
+from _tiny_runs import QUAD, exit_2 as _exit2
+
 ROOT = Path(__file__).resolve().parents[1]
-QUAD = {
-    "name": "quad",
-    "seed": 0,
-    "rounds": 6,
-    "data": {"name": "quadratic", "centers": [[1.0], [3.0]]},
-    "round": {"policy": "wait", "local_steps": 2},
-    "algorithm": {"name": "fedavg", "lr": 0.1, "batch_size": 1},
-    "checkpoint": {"every": 2},
-}
-
-
-def _exit2(capsys, argv, *needles):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in err, err
-    return err
 
 
 @pytest.fixture
