@@ -14,6 +14,7 @@ __all__ = [
     "load_run", "load_compare", "Scenario", "ScenarioError", "load_scenario", "run", "schedule", "Result",
     "FederatedData", "register_model", "register_dataset", "register_algorithm", "register_solver",
     "register_correction", "register_aggregation", "register_server_opt", "register_staleness",
+    "register_availability",
 ]
 __version__ = "0.1.0"
 
@@ -26,7 +27,8 @@ _LAZY = {  # name -> module: imported on first use, so `import fedsim` loads nei
     "FederatedData": "fedsim.data.federated",
     "Result": "fedsim.api",
     **{f"register_{kind}": "fedsim.api" for kind in (
-        "model", "dataset", "algorithm", "solver", "correction", "aggregation", "server_opt", "staleness")},
+        "model", "dataset", "algorithm", "solver", "correction", "aggregation", "server_opt", "staleness",
+        "availability")},
 }
 # Modules that are also the API's functions when called (fedsim/_callable.py): fedsim.run(...), fedsim.schedule(...)
 _CALLABLE_MODULES = {"run": "fedsim.run", "schedule": "fedsim.schedule"}

@@ -164,6 +164,18 @@ def register_staleness(name: str, rule: Any, *, replace: bool = False) -> Any:
     return _register(registries.STALENESS, name, rule, replace)
 
 
+def register_availability(name: str, section: Any, *, replace: bool = False) -> Any:
+    """Register an availability model, a subclass of :class:`fedsim.availability.AvailabilitySection`
+    (or ``'module:attribute'`` naming one), as ``system.availability: {model: name, ...}``."""
+    from .availability import AvailabilitySection
+    from .registry import RegistryError
+
+    if not (isinstance(section, str) or (isinstance(section, type) and issubclass(section, AvailabilitySection))):
+        raise RegistryError(f"availability model {name!r}: expected a subclass of fedsim.availability.AvailabilitySection, "
+                            f"got {section!r}")
+    return _register(registries.AVAILABILITY, name, section, replace)
+
+
 # --------------------------------------------------------------------------- helpers
 def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
     """The validated Scenario, with the keys the Python pieces imply: ``data.name: from_python`` and

@@ -14,6 +14,8 @@ registry           scenario field               a piece is
 ``AGGREGATIONS``   ``algorithm.aggregation``    a server aggregation
 ``SERVER_OPTS``    ``algorithm.server_opt``     a server optimizer
 ``STALENESS``      ``algorithm.staleness``      an asynchronous staleness rule
+``AVAILABILITY``   ``system.availability.model``  an availability model's section class
+                                                (:class:`fedsim.availability.AvailabilitySection`)
 =================  ===========================  ==============================================
 
 fedsim's built-ins register here exactly as a plug-in would, as lazy ``"module:attribute"``
@@ -28,7 +30,7 @@ from .registry import Registry
 
 __all__ = [
     "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",
-    "ALL",
+    "AVAILABILITY", "ALL",
 ]
 
 MODELS: Registry = Registry("model", "model.name")
@@ -39,11 +41,12 @@ CORRECTIONS: Registry = Registry("correction", "algorithm.correction")
 AGGREGATIONS: Registry = Registry("aggregation", "algorithm.aggregation")
 SERVER_OPTS: Registry = Registry("server optimizer", "algorithm.server_opt")
 STALENESS: Registry = Registry("staleness rule", "algorithm.staleness")
+AVAILABILITY: Registry = Registry("availability model", "system.availability.model")
 
 #: kind -> registry (what ``fedsim.register(kind, name, obj)`` and the docs list).
 ALL = {
     "model": MODELS, "dataset": DATASETS, "algorithm": ALGORITHMS, "solver": SOLVERS, "correction": CORRECTIONS,
-    "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS,
+    "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS, "availability": AVAILABILITY,
 }
 
 
@@ -80,6 +83,9 @@ def _register_builtins() -> None:
         SERVER_OPTS.register(name, f"{parts}:SERVER_{name.upper()}")
     for name in ("constant", "polynomial", "hinge"):
         STALENESS.register(name, f"{parts}:{name.upper()}")
+    # availability models (fedsim/availability): one module each, its section class
+    AVAILABILITY.register("markov", "fedsim.availability.markov:MarkovAvailability")
+    AVAILABILITY.register("diurnal", "fedsim.availability.diurnal:DiurnalAvailability")
 
 
 #: The built-in presets' names, in the order of fedsim.algorithms.presets.PRESETS (a test checks it).

@@ -166,10 +166,7 @@ def check_limits(sc: Any) -> None:
     _check_values("system.speed", system.speed, MIN_SPEED, MAX_SPEED)
     if system.slowdown is not None:
         _check_values("system.slowdown", system.slowdown, MIN_SLOWDOWN, MAX_SLOWDOWN)
-    for key in ("latency", "availability.mean_online", "availability.mean_offline"):
-        value = _get(system, key)
-        if isinstance(value, float):
-            _at_most(f"system.{key}", value, MAX_SECONDS)
+    _at_most("system.latency", system.latency, MAX_SECONDS)
     if isinstance(system.availability, tuple):
         ends = [e for intervals in system.availability for _, e in intervals]
         if ends and max(ends) > MAX_SECONDS:
@@ -320,12 +317,6 @@ def _at_most(path: str, value: float | None, high: float, low: float | None = No
         raise ScenarioError(f"{path}: must be >= {low}")
     if value > high:
         raise ScenarioError(f"{path}: must be <= {high:,}" if isinstance(high, int) else f"{path}: must be <= {high:g}")
-
-
-def _get(obj: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        obj = getattr(obj, part, None)
-    return obj
 
 
 def _check_ints(value: Any, path: str) -> None:

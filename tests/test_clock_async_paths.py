@@ -13,8 +13,10 @@ from fedsim.clock import Clock, Population
 from fedsim.clock.checkin import CHECKIN_MIN_CLIENTS, checkin_draws, checkin_pick, permutation_pick
 from fedsim.clock.keyed import keyed_uniform
 from fedsim.rng import stream
+from fedsim.availability.diurnal import DiurnalAvailability
+from fedsim.availability.markov import MarkovAvailability
 from fedsim.scenario import (
-    DiurnalAvailability, LogNormal, MarkovAvailability, RandInt, RoundConfig, SystemConfig, Uniform,
+    LogNormal, RandInt, RoundConfig, SystemConfig, Uniform,
 )
 
 

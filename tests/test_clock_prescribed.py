@@ -11,8 +11,10 @@ import pytest
 
 from fedsim.clock import Clock, Population
 from fedsim.clock.model import overcommit_size
+from fedsim.availability.diurnal import DiurnalAvailability
+from fedsim.availability.markov import MarkovAvailability
 from fedsim.scenario import (
-    DiurnalAvailability, LogNormal, MarkovAvailability, RandInt, RoundConfig, ScenarioError, SystemConfig, Uniform,
+    LogNormal, RandInt, RoundConfig, ScenarioError, SystemConfig, Uniform,
     parse_scenario,
 )
 

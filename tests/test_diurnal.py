@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from fedsim.clock import Clock, Population
-from fedsim.clock.availability import DiurnalStates
-from fedsim.clock.model import Diurnal
+from fedsim.availability.diurnal import Diurnal, DiurnalStates
 from fedsim.run.clock import build_clock
 from fedsim.scenario import ScenarioError, parse_scenario
 

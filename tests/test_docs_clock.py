@@ -12,7 +12,8 @@ from fedsim.clock.draws import SLOWDOWN_FLOOR
 from fedsim.clock.model import MAX_EPOCHS, MAX_STEPS
 from fedsim.clock.model import MAX_SPEED, MAX_TIME
 from fedsim.clock.trace import DEVICE_COLUMNS, TRACE_COLUMNS
-from fedsim.scenario import DiurnalAvailability, RoundConfig, SystemConfig, parse_scenario
+from fedsim.availability.diurnal import DiurnalAvailability
+from fedsim.scenario import RoundConfig, SystemConfig, parse_scenario
 
 DOC = (Path(__file__).resolve().parent.parent / "docs" / "clock.md").read_text()
 

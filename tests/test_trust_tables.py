@@ -100,8 +100,7 @@ def test_peak_equal_trough_one_is_always_online(write_yaml, tmp_path):
 
 
 def test_always_online_diurnal_timeline_has_no_toggle():
-    from fedsim.clock.availability import DiurnalStates, DiurnalTimeline
-    from fedsim.clock.model import Diurnal
+    from fedsim.availability.diurnal import Diurnal, DiurnalStates, DiurnalTimeline
     import numpy as np
 
     d = Diurnal(86400.0, 1.0, 1.0, 0.0, 3600.0)
@@ -113,8 +112,7 @@ def test_always_online_diurnal_timeline_has_no_toggle():
 
 
 def test_peak_equal_trough_below_one_still_toggles():
-    from fedsim.clock.availability import DiurnalStates
-    from fedsim.clock.model import Diurnal
+    from fedsim.availability.diurnal import Diurnal, DiurnalStates
     import numpy as np
 
     st = DiurnalStates(Diurnal(86400.0, 0.5, 0.5, 0.0, 60.0), 0, np.arange(200), np.zeros(200))

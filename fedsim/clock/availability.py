@@ -1,31 +1,77 @@
-"""Per-client availability as a timeline of on/off toggles, and per-client compute rates.
+"""What the clock asks of an availability model, and the models it owns (always, offline intervals).
 
-A timeline is a pure description: ``initial`` (online at t=0?) and ``toggles()``, a fresh iterator
-of strictly increasing times at which the state flips. Offline periods are half-open ``[start,
-end)``: a client whose outage starts at t is offline at t; one whose outage ends at t is online at
-t. Calling ``toggles()`` twice gives the same times (Markov sojourns are keyed draws), so nothing about availability depends on the round policy, selection or the algorithm.
+An availability model is a frozen value the clock only calls (:class:`AvailabilityModel`):
 
-A rate turns time into local steps for one client: ``fit(t0, t1, slow)`` is the number of whole
-steps that fit in [t0, t1]; ``finish(t0, steps, slow)`` is when ``steps`` steps started at t0
-end. Step duration is ``slow / speed``.
+* ``timelines(m, seed)``: one timeline per client, walked by the SimPy path. A timeline is a pure
+  description: ``initial`` (online at t=0?), ``changes`` (does it ever toggle?) and ``toggles()``,
+  a fresh iterator of strictly increasing times at which the state flips. Calling ``toggles()``
+  twice gives the same times (draws are keyed, :mod:`fedsim.clock.keyed`), so nothing about
+  availability depends on the round policy, selection or the algorithm.
+* ``states(m, seed)``: every client's state as arrays for the vectorised paths
+  (:class:`ToggleArrays`: ``online``, ``next``, ``advance(t)``, ``peek(idx, t)``), the same toggle
+  times as the timelines; None when every client is always online. The default walks the
+  timelines (:class:`TimelineStates`); a model with many clients overrides it with arrays.
+* ``time_scales()``: its shortest time scales in seconds, by scenario key (``{"mean_online": 600}``);
+  the clock refuses any below ``MIN_SOJOURN`` of the shortest round.
+
+Offline periods are half-open ``[start, end)``: a client whose outage starts at t is offline at
+t; one whose outage ends at t is online at t. The models a scenario names (``{model: markov}``)
+are modules of :mod:`fedsim.availability`, registered in ``fedsim.registries.AVAILABILITY``;
+a trace (:mod:`fedsim.clock.trace`) gives both speed and availability and is read by the clock.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from .draws import whole_steps
-from .keyed import keyed_exponential, keyed_uniform
-from .model import Always, Constant, Diurnal, Intervals, Markov, Traced, Uniform
-
-__all__ = ["AlwaysOnline", "OfflineIntervals", "MarkovTimeline", "MarkovStates", "DiurnalStates", "DiurnalTimeline", "ToggleStates",
-    "timelines", "availability_states", "diurnal_phases", "ConstantRate", "cycle_times"]
+__all__ = ["AvailabilityModel", "Always", "Intervals", "AlwaysOnline", "OfflineIntervals", "ToggleArrays",
+           "ToggleStates", "TimelineStates", "cycle_times"]
 
 INF = math.inf
+
+
+class AvailabilityModel:
+    """Base of availability values (see the module docstring for the protocol)."""
+
+    def timelines(self, m: int, seed: int) -> list:
+        raise NotImplementedError
+
+    def states(self, m: int, seed: int) -> "ToggleArrays | None":
+        return TimelineStates(self.timelines(m, seed))
+
+    def time_scales(self) -> dict[str, float]:
+        return {}
+
+
+@dataclass(frozen=True)
+class Always(AvailabilityModel):
+    """Online all the time."""
+
+    def timelines(self, m: int, seed: int) -> list:
+        return [AlwaysOnline() for _ in range(m)]
+
+    def states(self, m: int, seed: int) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Intervals(AvailabilityModel):
+    """Explicit offline intervals ``[start, end)``: one tuple of ``(start, end)`` per client."""
+
+    offline: tuple
+
+    def timelines(self, m: int, seed: int) -> list:
+        if len(self.offline) != m:
+            raise ValueError(f"system.availability: needs one interval list per client ({m})")
+        return [OfflineIntervals(iv) for iv in self.offline]
+
+    def states(self, m: int, seed: int) -> "ToggleStates":
+        return ToggleStates(self.timelines(m, seed))
 
 
 class AlwaysOnline:
@@ -66,39 +112,15 @@ class OfflineIntervals:
             yield e
 
 
-class MarkovTimeline:
-    """Two-state Markov availability of one client: exponential online/offline sojourns.
-
-    Keyed draws ``u(seed, "availability", client, k)`` (:mod:`fedsim.clock.keyed`): k = 0 sets the
-    initial state (online iff u < mean_online / (mean_online + mean_offline), the stationary
-    probability); sojourn k >= 1 is ``-mean * log(u_k)`` with the mean of the state it is spent in.
-    :class:`MarkovStates` walks the same draws for every client at once.
-    """
-
-    changes = True
-
-    def __init__(self, mean_online: float, mean_offline: float, seed: int, client: int):
-        self.means = np.array([mean_offline, mean_online], dtype=np.float64)  # indexed by the state
-        self.seed, self.client = seed, client
-        p_online = mean_online / (mean_online + mean_offline)
-        self.initial = bool(keyed_uniform(seed, "availability", client, 0)[0] < p_online)
-
-    def toggles(self) -> Iterator[float]:
-        online, t = self.initial, 0.0
-        for k in itertools.count(1):
-            t = float(np.float64(t) + keyed_exponential(self.means[int(online)], self.seed, "availability", self.client, k)[0])
-            online = not online
-            yield t
-
-
-class _ToggleArrays:
-    """Shared by the vectorised availability states: ``online[c]``, ``next[c]`` (client c's next
-    toggle time) and :meth:`advance`, which applies every toggle at or before t (an outage
-    starting at t means offline at t); subclasses say in ``_toggled(idx)`` when the toggled
-    clients toggle next."""
+class ToggleArrays:
+    """Every client's availability as arrays: ``online[c]`` and ``next[c]`` (client c's next toggle
+    time, inf when none). :meth:`advance` applies every toggle at or before t (an outage starting
+    at t means offline at t); a subclass says in ``_toggled(idx)`` when the toggled clients toggle
+    next, and lists in ``PER_CLIENT`` its per-client arrays (so :meth:`peek` can copy them)."""
 
     online: np.ndarray
     next: np.ndarray
+    PER_CLIENT: tuple[str, ...] = ("online", "next")
 
     def advance(self, t: float) -> None:
         while True:
@@ -111,131 +133,24 @@ class _ToggleArrays:
     def _toggled(self, idx: np.ndarray) -> None:
         raise NotImplementedError
 
-
-class MarkovStates(_ToggleArrays):
-    """Every client's Markov availability as arrays (the draws of :class:`MarkovTimeline`):
-    ``online[c]``, and ``next[c]``, the time of client c's next toggle. :meth:`advance` applies
-    every toggle at or before t (an outage starting at t means offline at t)."""
-
-    def __init__(self, mean_online: float, mean_offline: float, seed: int, num_clients: int):
-        self.means = np.array([mean_offline, mean_online], dtype=np.float64)
-        self.seed = seed
-        everyone = np.arange(num_clients, dtype=np.int64)
-        p_online = mean_online / (mean_online + mean_offline)
-        self.online = keyed_uniform(seed, "availability", everyone, 0) < p_online
-        self.k = np.ones(num_clients, dtype=np.int64)
-        self.next = keyed_exponential(self.means[self.online.astype(np.int64)], seed, "availability", everyone, 1)
-
-    def _toggled(self, idx: np.ndarray) -> None:
-        self.k[idx] += 1
-        mean = self.means[self.online[idx].astype(np.int64)]
-        self.next[idx] = self.next[idx] + keyed_exponential(mean, self.seed, "availability", idx, self.k[idx])
-
-    def peek(self, idx: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """(online, next toggle) of clients ``idx`` at t >= the last :meth:`advance`, the same
-        draws as advancing, without changing the state (lazy evaluation: only these clients)."""
-        online, nxt, k = self.online[idx], self.next[idx].copy(), self.k[idx].copy()
-        while True:
-            sel = np.flatnonzero(nxt <= t)
-            if not len(sel):
-                return online, nxt
-            online[sel] = ~online[sel]
-            k[sel] += 1
-            mean = self.means[online[sel].astype(np.int64)]
-            nxt[sel] = nxt[sel] + keyed_exponential(mean, self.seed, "availability", idx[sel], k[sel])
-
-
-class DiurnalStates(_ToggleArrays):
-    """Diurnal availability (:class:`fedsim.clock.model.Diurnal`) of ``clients`` as arrays.
-
-    The chain's toggle rates vary with time, so toggles are found by thinning (Lewis and Shedler,
-    "Simulation of nonhomogeneous Poisson processes by thinning", 1979): candidates at the constant
-    rate max(peak, 1 - trough) / mean_sojourn, each accepted with probability (its state's rate at
-    that time) / (that bound). Keyed draws ``("availability", client, k)``: k = 0 the initial state,
-    k = 2j and 2j + 1 (j >= 1) candidate j's gap and acceptance. The initial state is online with
-    the periodic regime's probability at t = 0 (below), so the process is in its long-run cycle
-    from the start: with tau = mean_sojourn and w = 2 pi / period, p(t) = P(online at t) solves
-    p' = (pi(t) - p) / tau, whose periodic solution is
-    p(t) = a + b cos(w (t - phase) - atan(w tau)) / sqrt(1 + (w tau)^2), a = (peak + trough) / 2,
-    b = (peak - trough) / 2; its mean over a period (the long-run online share) is a.
-    ``online`` and ``next`` (the next toggle of each client) as in :class:`MarkovStates`.
-    """
-
-    def __init__(self, d, seed: int, clients: np.ndarray, phase: np.ndarray):
-        self.seed, self.clients, self.phase = seed, clients, phase
-        self.a, self.b = (d.peak + d.trough) / 2, (d.peak - d.trough) / 2
-        self.w, self.tau = 2 * math.pi / d.period, float(d.mean_sojourn)
-        self.bound = max(d.peak, 1 - d.trough) / self.tau
-        wt = self.w * self.tau
-        p0 = self.a + self.b * np.cos(self.w * (0.0 - phase) - math.atan(wt)) / math.sqrt(1 + wt * wt)
-        self.online = keyed_uniform(seed, "availability", clients, 0) < p0
-        n = len(clients)
-        self.j = np.zeros(n, dtype=np.int64)  # candidates drawn
-        self.t = np.zeros(n)  # time of the last candidate
-        self.next = np.full(n, INF)
-        if d.trough < 1:  # trough == peak == 1: always online (p0 = 1), no toggle to find
-            self._find(np.arange(n, dtype=np.int64))
-
-    def pi(self, idx: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Target online probability of clients ``idx`` (positions) at times t."""
-        return self.a + self.b * np.cos(self.w * (t - self.phase[idx]))
-
-    def _find(self, idx: np.ndarray) -> None:
-        """Set ``next`` of clients ``idx`` to their next accepted candidate."""
-        while len(idx):
-            self.j[idx] += 1
-            c, j = self.clients[idx], self.j[idx]
-            t = self.t[idx] + keyed_exponential(1.0 / self.bound, self.seed, "availability", c, 2 * j)
-            u = keyed_uniform(self.seed, "availability", c, 2 * j + 1)
-            self.t[idx] = t
-            pi = self.pi(idx, t)
-            rate = np.where(self.online[idx], 1.0 - pi, pi) / self.tau
-            accept = u * self.bound < rate
-            self.next[idx[accept]] = t[accept]
-            idx = idx[~accept]
-
-    def _toggled(self, idx: np.ndarray) -> None:
-        self.next[idx] = INF
-        self._find(idx)
-
     def peek(self, idx: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
         """(online, next toggle) of clients ``idx`` (positions) at t >= the last :meth:`advance`,
-        without changing the state (see :meth:`MarkovStates.peek`)."""
-        sub = object.__new__(DiurnalStates)
+        the same draws as advancing, without changing the state (only these clients are walked)."""
+        sub = object.__new__(type(self))
         sub.__dict__.update(self.__dict__)
-        sub.clients, sub.phase = self.clients[idx], self.phase[idx]
-        sub.online, sub.j, sub.t, sub.next = (a[idx].copy() for a in (self.online, self.j, self.t, self.next))
+        for name in self.PER_CLIENT:
+            setattr(sub, name, getattr(self, name)[idx].copy())
         sub.advance(t)
         return sub.online, sub.next
 
 
-class DiurnalTimeline:
-    """One client's diurnal availability as a timeline (the draws of :class:`DiurnalStates`)."""
-
-    changes = True
-
-    def __init__(self, d, seed: int, client: int, phase: float):
-        self.args = (d, seed, np.array([client], dtype=np.int64), np.array([phase], dtype=np.float64))
-        self.initial = bool(DiurnalStates(*self.args).online[0])
-        self.changes = d.trough < 1  # trough == 1: always online
-
-    def toggles(self) -> Iterator[float]:
-        st = DiurnalStates(*self.args)
-        while True:
-            t = float(st.next[0])
-            if t == INF:
-                return
-            st.advance(t)
-            yield t
-
-
-class ToggleStates(_ToggleArrays):
+class ToggleStates(ToggleArrays):
     """Availability of clients with fixed toggle times (traces, explicit offline intervals) as
-    arrays, replaying their timelines' ``toggles()`` exactly (same float expressions):
-    ``online[c]`` and ``next[c]``, the time of client c's next toggle (inf when there is none).
-    :meth:`advance` applies every toggle at or before t. A timeline gives ``initial``, ``inner``
-    (toggle times within its first period), ``wrap``, ``period`` and ``repeat`` (``cycle``:
-    :func:`cycle_times` of those)."""
+    arrays, replaying their timelines' ``toggles()`` exactly (same float expressions). A timeline
+    gives ``initial``, ``inner`` (toggle times within its first period), ``wrap``, ``period`` and
+    ``repeat`` (``cycle``: :func:`cycle_times` of those)."""
+
+    PER_CLIENT = ("online", "next", "j", "n_inner", "offset", "wrap", "cycle", "period")
 
     def __init__(self, timelines: list):
         m = len(timelines)
@@ -270,32 +185,41 @@ class ToggleStates(_ToggleArrays):
         self.j[idx] += 1
         self.next[idx] = self._time(idx, self.j[idx])
 
+
+class TimelineStates(ToggleArrays):
+    """Arrays over any timelines (the default ``states`` of a model): each client's toggles are
+    drawn from its own ``toggles()`` iterator, one Python call per toggle; times drawn ahead by
+    :meth:`peek` are kept for the next :meth:`advance`."""
+
+    def __init__(self, timelines: list):
+        self.online = np.array([tl.initial for tl in timelines], dtype=bool)
+        self._its = [tl.toggles() for tl in timelines]
+        self._ahead: list[list[float]] = [[] for _ in timelines]  # drawn, not yet applied
+        self.next = np.array([self._draw(c, 0) for c in range(len(timelines))], dtype=np.float64)
+
+    def _draw(self, c: int, i: int) -> float:
+        """Client c's i-th toggle after its current ``next`` (i = 0: ``next`` itself)."""
+        ahead = self._ahead[c]
+        while len(ahead) <= i:
+            ahead.append(float(next(self._its[c], INF)))
+            if ahead[-1] == INF:
+                break
+        return ahead[min(i, len(ahead) - 1)]
+
+    def _toggled(self, idx: np.ndarray) -> None:
+        for c in idx.tolist():
+            self._ahead[c].pop(0)
+            self.next[c] = self._draw(c, 0)
+
     def peek(self, idx: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
-        """(online, next toggle) of clients ``idx`` at t >= the last :meth:`advance`, without
-        changing the state (see :meth:`MarkovStates.peek`)."""
-        online, nxt, j = self.online[idx], self.next[idx].copy(), self.j[idx].copy()
-        while True:
-            sel = np.flatnonzero(nxt <= t)
-            if not len(sel):
-                return online, nxt
-            online[sel] = ~online[sel]
-            j[sel] += 1
-            nxt[sel] = self._time(idx[sel], j[sel])
-
-
-class ConstantRate:
-    """A client with one speed for all time (steps per simulated second)."""
-
-    def __init__(self, speed: float):
-        self.speed = float(speed)
-
-    def fit(self, t0: float, t1: float, slow: float) -> int:
-        """Whole steps of duration ``slow / speed`` in [t0, t1]: floor((t1 - t0) * speed / slow)."""
-        return whole_steps((t1 - t0) * self.speed / slow)
-
-    def finish(self, t0: float, steps: int, slow: float) -> float:
-        """``t0 + steps * slow / speed``."""
-        return t0 + steps * slow / self.speed
+        online, nxt = self.online[idx].copy(), self.next[idx].copy()
+        for i, c in enumerate(idx.tolist()):
+            flips = 0
+            while nxt[i] <= t:
+                flips += 1
+                nxt[i] = self._draw(c, flips)
+            online[i] ^= bool(flips % 2)
+        return online, nxt
 
 
 def cycle_times(period: float, inner: Sequence[float], wrap: bool) -> Iterator[float]:
@@ -309,43 +233,3 @@ def cycle_times(period: float, inner: Sequence[float], wrap: bool) -> Iterator[f
             yield base
         for b in inner:
             yield base + b
-
-
-def diurnal_phases(phase, m: int, seed: int) -> np.ndarray:
-    """Per-client phases (seconds) of a diurnal cycle: a number, one per client, or uniform draws
-    ``low + (high - low) * u(seed, "phase", client, 0)`` (keyed, so a million cost one vector)."""
-    if isinstance(phase, Uniform):
-        return phase.low + (phase.high - phase.low) * keyed_uniform(seed, "phase", np.arange(m), 0)
-    if isinstance(phase, Constant):
-        return np.full(m, float(phase.value))
-    if isinstance(phase, tuple):
-        if len(phase) != m:
-            raise ValueError(f"need one phase per client ({m}), got {len(phase)}")
-        return np.asarray(phase, dtype=np.float64)
-    return np.full(m, float(phase))
-
-
-def timelines(availability: Always | Markov | Diurnal | Intervals, m: int, seed: int) -> list:
-    """One timeline per client (the SimPy path's availability processes walk them)."""
-    if isinstance(availability, Always):
-        return [AlwaysOnline() for _ in range(m)]
-    if isinstance(availability, Markov):
-        return [MarkovTimeline(availability.mean_online, availability.mean_offline, seed, c) for c in range(m)]
-    if isinstance(availability, Diurnal):
-        phases = diurnal_phases(availability.phase, m, seed)
-        return [DiurnalTimeline(availability, seed, c, float(phases[c])) for c in range(m)]
-    if len(availability.offline) != m:
-        raise ValueError(f"system.availability: needs one interval list per client ({m})")
-    return [OfflineIntervals(iv) for iv in availability.offline]
-
-
-def availability_states(availability, m: int, seed: int, timelines_of) -> MarkovStates | DiurnalStates | ToggleStates | None:
-    """Every client's availability as numpy state for the vectorised path (None: always online);
-    ``timelines_of()`` gives the per-client timelines that fixed toggle times are read from."""
-    if isinstance(availability, Markov):
-        return MarkovStates(availability.mean_online, availability.mean_offline, seed, m)
-    if isinstance(availability, Diurnal):
-        return DiurnalStates(availability, seed, np.arange(m, dtype=np.int64), diurnal_phases(availability.phase, m, seed))
-    if isinstance(availability, (Intervals, Traced)):
-        return ToggleStates(timelines_of())
-    return None

@@ -11,11 +11,10 @@ import numpy as np
 from fedsim.errors import ScenarioError
 from fedsim.rng import stream
 
-from . import availability as av_models
-from .availability import ConstantRate
-from .draws import SLOWDOWN_FLOOR, PerClientDraws, whole_steps
+from .availability import ToggleArrays, ToggleStates
+from .draws import SLOWDOWN_FLOOR, ConstantRate, PerClientDraws, whole_steps
 from .model import (
-    Async, Deadline, Diurnal, Epochs, Flops, Markov, Overcommit, Population, RandInt, RoundRule, Speed, System, Traced, Uniform,
+    Async, Deadline, Epochs, Flops, Overcommit, Population, RandInt, RoundRule, Speed, System, Traced, Uniform,
     Wait, Window, WorkCost,
 )
 from .plan import RoundPlan, RoundTable
@@ -175,8 +174,15 @@ class Clock:
     def timelines(self) -> list:
         """Per-client availability timelines (built on first use: the vectorised path needs none)."""
         if self._timelines is None:
-            self._timelines = av_models.timelines(self.system.availability, self.num_clients, self.seed)
+            self._timelines = self.system.availability.timelines(self.num_clients, self.seed)
         return self._timelines
+
+    def availability_states(self) -> ToggleArrays | None:
+        """Every client's availability as arrays for the vectorised paths (None: always online)."""
+        av = self.system.availability
+        if isinstance(av, Traced):
+            return ToggleStates(self.timelines)
+        return av.states(self.num_clients, self.seed)
 
     @property
     def rates(self) -> list:
@@ -215,21 +221,22 @@ class Clock:
         return float(job.min())
 
     def _check_event_rate(self) -> None:
-        """Availability may change at most ~1/MIN_SOJOURN times per :meth:`time_scale`: Markov mean
-        sojourns and the periods of cycling traces must be at least ``MIN_SOJOURN * time_scale()``
-        (else the simulation would process an unbounded number of toggles per round)."""
+        """Availability may change at most ~1/MIN_SOJOURN times per :meth:`time_scale`: a model's
+        time scales (Markov mean sojourns, ``time_scales()``) and the periods of cycling traces
+        must be at least ``MIN_SOJOURN * time_scale()`` (else the simulation would process an
+        unbounded number of toggles per round)."""
         availability = self.system.availability
-        if not isinstance(availability, (Markov, Diurnal, Traced)):
+        scales = {} if isinstance(availability, Traced) else availability.time_scales()
+        if not scales and not isinstance(availability, Traced):
             return
         least = MIN_SOJOURN * self.time_scale()
-        if isinstance(availability, (Markov, Diurnal)):
-            keys = ("mean_sojourn",) if isinstance(availability, Diurnal) else ("mean_online", "mean_offline")
-            for key in keys:
-                if getattr(availability, key) < least:
-                    raise ScenarioError(
-                        f"system.availability.{key}: must be at least {least:g} s ({MIN_SOJOURN:g} of the "
-                        f"shortest round, {self.time_scale():g} s): shorter sojourns flip faster than rounds run"
-                    )
+        for key, seconds in scales.items():
+            if seconds < least:
+                raise ScenarioError(
+                    f"system.availability.{key}: must be at least {least:g} s ({MIN_SOJOURN:g} of the "
+                    f"shortest round, {self.time_scale():g} s): shorter sojourns flip faster than rounds run"
+                )
+        if not isinstance(availability, Traced):
             return
         for c, tl in enumerate(self.timelines):
             if tl.changes and tl.repeat == "cycle" and tl.period < least:

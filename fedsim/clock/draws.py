@@ -29,7 +29,7 @@ from fedsim.rng import stream
 
 from .model import MAX_STEPS, Constant, PerClient
 
-__all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "per_client", "PerClientDraws", "select", "SLOWDOWN_FLOOR"]
+__all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "ConstantRate", "per_client", "PerClientDraws", "select", "SLOWDOWN_FLOOR"]
 
 #: ``whole_steps(x) = floor(x * STEP_GUARD)``. A step count that is mathematically an integer can
 #: land a few ulps below it in floating point (``(10 - 1) * 0.3 / 0.1``); the relative guard of
@@ -49,6 +49,24 @@ def whole_steps(x):
         return np.clip(y, 0, MAX_STEPS).astype(np.int64)
     y = x * STEP_GUARD
     return int(math.floor(min(y, MAX_STEPS))) if y > 0 else 0
+
+
+class ConstantRate:
+    """A client with one speed for all time (steps per simulated second): ``fit(t0, t1, slow)`` is
+    the number of whole steps of duration ``slow / speed`` in [t0, t1], ``finish(t0, steps, slow)``
+    when ``steps`` steps started at t0 end (a trace's :class:`~fedsim.clock.trace.TraceRate` has
+    the same two methods)."""
+
+    def __init__(self, speed: float):
+        self.speed = float(speed)
+
+    def fit(self, t0: float, t1: float, slow: float) -> int:
+        """floor((t1 - t0) * speed / slow)."""
+        return whole_steps((t1 - t0) * self.speed / slow)
+
+    def finish(self, t0: float, steps: int, slow: float) -> float:
+        """``t0 + steps * slow / speed``."""
+        return t0 + steps * slow / self.speed
 
 
 def per_client(spec: PerClient, num_clients: int, seed: int, purpose: str) -> np.ndarray:

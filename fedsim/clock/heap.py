@@ -19,7 +19,6 @@ from typing import Iterator
 
 import numpy as np
 
-from .availability import availability_states
 from .checkin import checkin_pick, permutation_pick
 from .model import Traced
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
@@ -48,7 +47,7 @@ class _Population:
 
     def __init__(self, clock):
         m = self.m = clock.num_clients
-        self.states = availability_states(clock.system.availability, m, clock.seed, lambda: clock.timelines)
+        self.states = clock.availability_states()
         self.G = 0.0  # the arrays hold the state at time G (toggles <= G applied)
         if self.states is not None:
             self.states.advance(0.0)

@@ -11,8 +11,8 @@ takes only these. Sum types are unions of small dataclasses, read with ``isinsta
   or a distribution drawn once per client;
 * compute: :class:`Speed` (local steps per second) | :class:`Flops` (device FLOP/s; needs a
   :class:`WorkCost`) | :class:`Traced` (a measured trace);
-* availability: :class:`Always` | :class:`Markov` | :class:`Diurnal` | :class:`Intervals` |
-  :class:`Traced`;
+* availability: an :class:`~fedsim.clock.availability.AvailabilityModel` (:class:`Always`,
+  :class:`Intervals`, or a model of :mod:`fedsim.availability` such as Markov) | :class:`Traced`;
 * round policy: :class:`Window` | :class:`Wait` | :class:`Deadline` | :class:`Overcommit` |
   :class:`Async`;
 * prescribed work: :class:`Steps` | :class:`Epochs` | None.
@@ -28,9 +28,11 @@ from typing import Literal, Union
 
 import numpy as np
 
+from .availability import Always, AvailabilityModel, Intervals
+
 __all__ = [
     "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
-    "Speed", "Flops", "Network", "Traced", "Always", "Markov", "Diurnal", "Intervals", "System",
+    "Speed", "Flops", "Network", "Traced", "Always", "Intervals", "System",
     "Window", "Wait", "Deadline", "Overcommit", "Async", "overcommit_size", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
     "MAX_TIME", "MAX_SPEED", "MAX_STEPS", "MAX_EPOCHS",
 ]
@@ -138,46 +140,12 @@ class Traced:
 
 
 @dataclass(frozen=True)
-class Always:
-    """Online all the time."""
-
-
-@dataclass(frozen=True)
-class Markov:
-    """Exponential online / offline sojourns with these means (seconds)."""
-
-    mean_online: float
-    mean_offline: float
-
-
-@dataclass(frozen=True)
-class Diurnal:
-    """A daily cycle: client i's online probability pi_i(t) = trough + (peak - trough) *
-    (1 + cos(2 pi (t - phase_i) / period)) / 2 (highest at t = phase_i), approached by a
-    two-state chain that goes offline at rate (1 - pi_i(t)) / mean_sojourn and online at rate
-    pi_i(t) / mean_sojourn. ``phase`` is one number, one per client, or a :class:`Uniform`."""
-
-    period: float
-    peak: float
-    trough: float
-    phase: PerClient
-    mean_sojourn: float
-
-
-@dataclass(frozen=True)
-class Intervals:
-    """Explicit offline intervals ``[start, end)``: one tuple of ``(start, end)`` per client."""
-
-    offline: tuple
-
-
-@dataclass(frozen=True)
 class System:
     """Compute, availability, slowdown (a per-job factor on step time), latency (seconds per
     transfer) and network of the clients."""
 
     compute: Union[Speed, Flops, Traced] = Speed(1.0)
-    availability: Union[Always, Markov, Diurnal, Intervals, Traced] = Always()
+    availability: Union[AvailabilityModel, Traced] = Always()
     slowdown: Dist | None = None
     latency: float = 0.0
     network: Network | None = None

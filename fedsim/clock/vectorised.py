@@ -14,7 +14,6 @@ from typing import Iterator
 
 import numpy as np
 
-from .availability import availability_states
 from .draws import select, whole_steps
 from .model import Traced
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
@@ -30,14 +29,14 @@ def window_tables(clock) -> Iterator[RoundTable]:
     Same draws and floating-point expressions as ``Simulation._start`` and ``ConstantRate.fit``
     / ``finish``. A job fails iff the client, online at the open, toggles (goes offline) before its
     upload ends. Only the selected clients' speeds and transfers are drawn; every client's
-    availability is numpy state (:func:`fedsim.clock.availability.availability_states`).
+    availability is numpy state (:meth:`fedsim.clock.Clock.availability_states`).
     """
     rule, m = clock.rule, clock.num_clients
     everyone = np.arange(m, dtype=np.int64)
     W = rule.policy.window
     no_slowdown = clock.system.slowdown is None
     av = clock.system.availability
-    states = availability_states(av, m, clock.seed, lambda: clock.timelines)
+    states = clock.availability_states()
     for r in itertools.count():
         t_open, close = r * W, (r + 1) * W
         online = everyone

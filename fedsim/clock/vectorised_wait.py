@@ -19,7 +19,6 @@ from typing import Iterator
 
 import numpy as np
 
-from .availability import availability_states
 from .draws import select
 from .model import Deadline, Overcommit, Traced, overcommit_size
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
@@ -43,7 +42,7 @@ def prescribed_tables(clock) -> Iterator[RoundTable]:
     everyone = np.arange(m, dtype=np.int64)
     no_slowdown = clock.system.slowdown is None
     av = clock.system.availability
-    states = availability_states(av, m, clock.seed, lambda: clock.timelines)
+    states = clock.availability_states()
     q = rule.clients_per_round
     if isinstance(policy, Overcommit):
         q = overcommit_size(policy.factor, q)

@@ -33,7 +33,7 @@ from .loading import apply_overrides, dump_scenario, load_scenario, parse_scenar
 from .round import RoundConfig
 from .schema import Scenario
 from .settings import CheckpointConfig, EngineConfig, EvalConfig
-from .system import ComputeConfig, DiurnalAvailability, MarkovAvailability, NetworkConfig, SystemConfig
+from .system import ComputeConfig, NetworkConfig, SystemConfig
 from .variants import expand_variants
 
 __all__ = [

@@ -7,7 +7,6 @@ import math
 import functools
 
 from .base import _FieldError
-from .system import DiurnalAvailability
 
 __all__ = ["check_scenario", "algorithm_spec"]
 
@@ -32,8 +31,8 @@ def check_scenario(sc) -> None:
     if isinstance(sc.system.speed, tuple) and m < math.inf and len(sc.system.speed) != m:
         raise _FieldError("system.speed", f"needs one speed per client ({m})")
     av = sc.system.availability
-    if isinstance(av, DiurnalAvailability) and isinstance(av.phase, tuple) and m < math.inf and len(av.phase) != m:
-        raise _FieldError("system.availability.phase", f"needs one phase per client ({m})")
+    if hasattr(av, "check_clients") and m < math.inf:  # a model's section (fedsim.availability)
+        _check_clients(av, m)
     if isinstance(av, tuple) and m < math.inf and len(av) != m:
         raise _FieldError("system.availability", f"needs one interval list per client ({m})")
     two_lat = 2 * sc.system.latency
@@ -103,6 +102,16 @@ _DATA_SHAPES = {
     "cifar10": (3, 32, 32), "cifar100": (3, 32, 32), "tinyimagenet": (3, 64, 64),
 }
 _CONV_MIN_SIDE = {"cnn": 4, "vgg11": 32, "resnet18_gn": 8}
+
+
+def _check_clients(section, m: int) -> None:
+    """A model's per-client values against m clients (its ValueError named under system.availability)."""
+    try:
+        section.check_clients(m)
+    except _FieldError:
+        raise
+    except ValueError as err:
+        raise _FieldError("system.availability", str(err)) from None
 
 
 def _check_model_fits_data(data: str, model: str, dim: int) -> None:

@@ -27,7 +27,7 @@ def system_value(system, batch_size: int = 32) -> clock_model.System:
             availability = cm.Always()
         elif isinstance(av, tuple):
             availability = cm.Intervals(av)
-        else:  # an availability model section (fedsim.scenario.system)
+        else:  # a registered model's section (fedsim.availability)
             availability = av.clock_value()
     network = None if system.network is None else \
         cm.Network(_per_client_value(system.network.down), _per_client_value(system.network.up))

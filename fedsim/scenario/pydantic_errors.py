@@ -7,19 +7,31 @@ from typing import Any
 from pydantic import ValidationError
 
 from .base import _Boolean, _FieldError
-from .system import AVAILABILITY_MEMBERS
 
-__all__ = ["format_error"]
+__all__ = ["format_error", "nested_error"]
 
 
 def format_error(err: ValidationError) -> str:
+    path, msg, _ = _parts(err)
+    return f"{path}: {msg}" if path else msg
+
+
+def nested_error(err: ValidationError, prefix: str) -> _FieldError:
+    """The first problem of a section validated on its own (a registered piece's keys) as a
+    :class:`_FieldError` at ``prefix`` (a path a validator gave in full is kept)."""
+    path, msg, full = _parts(err)
+    return _FieldError(path if full else f"{prefix}.{path}" if path else prefix, msg)
+
+
+def _parts(err: ValidationError) -> tuple[str, str, bool]:
+    """(field path, message, whether a validator gave the path in full) of the first problem."""
     e = _first_problem(err.errors(include_url=False))
     loc = [str(p) for p in e["loc"] if not _is_union_tag(p)]
     path = ".".join(loc)
     msg = e["msg"]
     ctx = e.get("ctx") or {}
     if isinstance(ctx.get("error"), _FieldError):
-        return f"{ctx['error'].path}: {ctx['error'].msg}"
+        return ctx["error"].path, ctx["error"].msg, True
     if isinstance(e.get("input"), _Boolean):
         msg = f"must not be true/false (got {e['input']!r})"  # YAML 1.2 spelling, e.g. [1, true]
     elif msg.startswith("Value error, "):
@@ -30,7 +42,7 @@ def format_error(err: ValidationError) -> str:
         path, msg = f"{path}.{ctx['discriminator'].strip(chr(39))}", f"{ctx['tag']!r} is not one of {ctx['expected_tags']}"
     elif e["type"] == "union_tag_not_found":
         path, msg = f"{path}.{ctx['discriminator'].strip(chr(39))}", "missing (which distribution?)"
-    return f"{path}: {msg}" if path else msg
+    return path, msg, False
 
 
 # Errors saying only that a union member does not take this kind of value at all.
@@ -65,7 +77,6 @@ def _is_union_tag(p: Any) -> bool:
     # pydantic puts union member names (e.g. 'float', 'tuple[float, ...]', 'uniform') in loc
     return isinstance(p, str) and (
         p in {"float", "int", "str", "bool", "uniform", "lognormal", "randint", "constant", "exponential"}
-        or p in AVAILABILITY_MEMBERS  # system.availability's tags and classes
         or "[" in p
         or p.startswith("function-")
         or p in {"literal['always']", "Uniform", "LogNormal", "RandInt", "Constant"}

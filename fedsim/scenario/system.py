@@ -1,107 +1,58 @@
-"""The ``system`` section: speeds or device compute, network, slowdown, latency, availability models, traces.
+"""The ``system`` section: speeds or device compute, network, slowdown, latency, availability, traces.
 
-An availability model is a section class here (with its clock value, ``clock_value()``) and a member
-of the ``Availability`` union; the clock's side is in :mod:`fedsim.clock`.
+``system.availability`` is ``always``, per-client offline intervals, or ``{model: NAME, ...}``,
+a model registered in ``fedsim.registries.AVAILABILITY`` whose module (:mod:`fedsim.availability`)
+holds its section and its clock value.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from ..clock import model as cm
-from ..clock.model import MAX_TIME
-from ..limits import MIN_DIURNAL_LEVEL, MIN_DIURNAL_PERIOD
-from .base import _FieldError, _Frozen
+from .base import _Boolean, _FieldError, _Frozen, _has_bool, registered
+from .pydantic_errors import nested_error
 from .distributions import Constant, Dist, LogNormal, RandInt, Uniform, dist_low
 
-class MarkovAvailability(_Frozen):
-    """Two-state Markov availability: exponential online/offline sojourns with these means."""
-
-    model: Literal["markov"]
-    mean_online: float = Field(gt=0)
-    mean_offline: float = Field(gt=0)
-
-    def clock_value(self) -> cm.Markov:
-        return cm.Markov(self.mean_online, self.mean_offline)
-
-
-class DiurnalAvailability(_Frozen):
-    """A daily cycle: online probability trough + (peak - trough) (1 + cos(2 pi (t - phase) /
-    period)) / 2 per client, followed by on/off sojourns of about ``mean_sojourn`` seconds."""
-
-    model: Literal["diurnal"]
-    period: float = Field(86400.0, gt=0, le=MAX_TIME)
-    peak: float = Field(0.8, ge=0, le=1)
-    trough: float = Field(0.1, ge=0, le=1)
-    phase: float | tuple[float, ...] | Uniform = 0.0
-    mean_sojourn: float = Field(3600.0, gt=0, le=MAX_TIME)
-
-    def clock_value(self) -> cm.Diurnal:
-        phase = self.phase if isinstance(self.phase, (int, float, tuple)) else self.phase.clock_value()
-        return cm.Diurnal(self.period, self.peak, self.trough, phase, self.mean_sojourn)
-
-    @model_validator(mode="after")
-    def _levels(self):
-        if self.trough > self.peak:
-            raise _FieldError("system.availability.trough", "must be <= peak")
-        if self.peak == 0:
-            raise _FieldError("system.availability.peak", "must be > 0 (else no client is ever online)")
-        # Bounds that keep the thinning of diurnal toggles finite (issue 21.8; fedsim.limits).
-        # trough == 1 (so peak == 1) is "always online" and draws no toggle.
-        if self.peak < MIN_DIURNAL_LEVEL:
-            raise _FieldError("system.availability.peak", f"must be >= {MIN_DIURNAL_LEVEL:g}")
-        if self.trough != 1 and 1 - self.trough < MIN_DIURNAL_LEVEL:
-            raise _FieldError("system.availability.trough", f"must be 1 or at most {1 - MIN_DIURNAL_LEVEL:g}")
-        if self.period < MIN_DIURNAL_PERIOD:
-            raise _FieldError("system.availability.period", f"must be >= {MIN_DIURNAL_PERIOD:g} s")
-        ph = self.phase
-        values = [ph.low, ph.high] if isinstance(ph, Uniform) else list(ph) if isinstance(ph, tuple) else [ph]
-        if any(not abs(x) <= MAX_TIME for x in values):
-            raise _FieldError("system.availability.phase", f"must lie in [-{MAX_TIME:g}, {MAX_TIME:g}] s")
-        return self
-
-
 Interval = tuple[float, float]
+#: ``system.availability``'s per-client offline intervals: one list of ``[start, end)`` per client.
+_INTERVALS = TypeAdapter(tuple[tuple[Interval, ...], ...])
 
 
-def _availability_kind(v: Any) -> str:
-    """Which member of ``system.availability`` a value is meant to be (so errors name its keys)."""
+def availability_value(v: Any) -> Any:
+    """``system.availability`` checked: ``always``, per-client offline intervals, or a registered
+    model's section ``{model: NAME, ...}`` (``fedsim.registries.AVAILABILITY``, :mod:`fedsim.availability`)."""
+    from ..availability.section import AvailabilitySection
+    from ..registries import AVAILABILITY
+
+    if isinstance(v, str) and v == "always" or isinstance(v, AvailabilitySection):
+        return v
     if isinstance(v, dict):
-        return "diurnal" if v.get("model") == "diurnal" else "markov"
-    if isinstance(v, (MarkovAvailability, DiurnalAvailability)):
-        return v.model
-    return "always" if isinstance(v, str) else "intervals"
+        if "model" not in v:
+            raise _FieldError("system.availability.model", f"missing (which model? {', '.join(AVAILABILITY.names())})")
+        section = AVAILABILITY.get(registered(AVAILABILITY, v["model"]))
+        try:
+            return section.model_validate(v)
+        except ValidationError as err:
+            raise nested_error(err, "system.availability") from None
+    if isinstance(v, (list, tuple)) and not isinstance(v, str):
+        if _has_bool(v):
+            raise _FieldError("system.availability", f"must not be true/false (got {_Boolean(v)!r})")
+        try:
+            intervals = _INTERVALS.validate_python(v)
+        except ValidationError as err:
+            raise nested_error(err, "system.availability") from None
+        for client in intervals:
+            for start, end in client:
+                if not 0 <= start < end:
+                    raise _FieldError("system.availability", "offline intervals need 0 <= start < end")
+        return intervals
+    raise _FieldError("system.availability", "give always, one list of offline [start, end) intervals per "
+                      "client, or {model: NAME, ...}")
 
 
-Availability = Annotated[
-    Union[
-        Annotated[Literal["always"], Tag("always")],
-        Annotated[MarkovAvailability, Tag("markov")],
-        Annotated[DiurnalAvailability, Tag("diurnal")],
-        Annotated[tuple[tuple[Interval, ...], ...], Tag("intervals")],
-    ],
-    Discriminator(_availability_kind),
-]
-
-
-
-def _member_names(union: Any) -> frozenset[str]:
-    """What pydantic may name a member of a tagged union in an error location: its tag, and its
-    class name (so :mod:`.pydantic_errors` need not list them)."""
-    names = set()
-    for member in get_args(get_args(union)[0]):
-        inner, *meta = get_args(member)
-        names |= {m.tag for m in meta if isinstance(m, Tag)}
-        if isinstance(inner, type):
-            names.add(inner.__name__)
-    return frozenset(names)
-
-
-#: Tags and class names of ``system.availability``'s members.
-AVAILABILITY_MEMBERS = _member_names(Availability)
 PerClient = float | tuple[float, ...] | Dist
 
 
@@ -159,7 +110,7 @@ class SystemConfig(_Frozen):
     network: NetworkConfig | None = None
     slowdown: Dist | None = None
     latency: float = Field(0.0, ge=0)
-    availability: Availability = "always"
+    availability: Any = "always"  # availability_value
     trace: str | None = None
     trace_repeat: Literal["cycle", "last"] = "cycle"
     # issue 19: FedScale's online test and job rule (docs/devices.md), and the bytes of one transfer
@@ -185,15 +136,10 @@ class SystemConfig(_Frozen):
             raise ValueError("must be > 0")
         return s
 
-    @field_validator("availability")
+    @field_validator("availability", mode="before")
     @classmethod
-    def _intervals(cls, a):
-        if isinstance(a, tuple):
-            for intervals in a:
-                for s, e in intervals:
-                    if not 0 <= s < e:
-                        raise ValueError("offline intervals need 0 <= start < end")
-        return a
+    def _availability(cls, a):
+        return availability_value(a)
 
     @model_validator(mode="after")
     def _compute(self):
