@@ -6,6 +6,7 @@ Each knows its clock value (``clock_value()``: the :mod:`fedsim.clock.model` dis
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
@@ -82,12 +83,23 @@ IntDist = Annotated[Union[RandInt, Constant], Field(discriminator="dist")]
 
 
 def dist_low(d: Any) -> float:
-    """Smallest value a number or distribution can take."""
-    if isinstance(d, (int, float)):
-        return float(d)
+    """Smallest value a number, per-client tuple or distribution takes (lognormal, exponential: 0,
+    never reached)."""
+    if isinstance(d, tuple):
+        return min(d)
     if isinstance(d, (Uniform, RandInt)):
-        return float(d.low)
+        return d.low
     if isinstance(d, Constant):
         return d.value
-    return 0.0  # lognormal / exponential: > 0 but unbounded below 1
+    return 0.0 if isinstance(d, (LogNormal, Exponential)) else d
 
+
+def dist_high(d: Any) -> float:
+    """Largest value a number, per-client tuple or distribution takes (lognormal, exponential: inf)."""
+    if isinstance(d, tuple):
+        return max(d)
+    if isinstance(d, (Uniform, RandInt)):
+        return d.high
+    if isinstance(d, Constant):
+        return d.value
+    return math.inf if isinstance(d, (LogNormal, Exponential)) else d
