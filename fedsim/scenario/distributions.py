@@ -82,24 +82,23 @@ Dist = Annotated[Union[Uniform, LogNormal, RandInt, Constant, Exponential], Fiel
 IntDist = Annotated[Union[RandInt, Constant], Field(discriminator="dist")]
 
 
-def dist_low(d: Any) -> float:
-    """Smallest value a number, per-client tuple or distribution takes (lognormal, exponential: 0,
-    never reached)."""
+def dist_bounds(d: Any) -> tuple[float, float]:
+    """(smallest, largest) value a number, per-client tuple or distribution takes (lognormal,
+    exponential: 0 and inf, neither reached)."""
     if isinstance(d, tuple):
-        return min(d)
+        return min(d), max(d)
     if isinstance(d, (Uniform, RandInt)):
-        return d.low
+        return d.low, d.high
     if isinstance(d, Constant):
-        return d.value
-    return 0.0 if isinstance(d, (LogNormal, Exponential)) else d
+        return d.value, d.value
+    return (0.0, math.inf) if isinstance(d, (LogNormal, Exponential)) else (d, d)
+
+
+def dist_low(d: Any) -> float:
+    """Smallest value of :func:`dist_bounds`."""
+    return dist_bounds(d)[0]
 
 
 def dist_high(d: Any) -> float:
-    """Largest value a number, per-client tuple or distribution takes (lognormal, exponential: inf)."""
-    if isinstance(d, tuple):
-        return max(d)
-    if isinstance(d, (Uniform, RandInt)):
-        return d.high
-    if isinstance(d, Constant):
-        return d.value
-    return math.inf if isinstance(d, (LogNormal, Exponential)) else d
+    """Largest value of :func:`dist_bounds`."""
+    return dist_bounds(d)[1]

@@ -15,7 +15,7 @@ from ..clock import model as cm
 from ..clock.model import MAX_TIME
 from ..limits import MIN_DIURNAL_LEVEL, MIN_DIURNAL_PERIOD
 from .base import _FieldError, _Frozen
-from .distributions import Constant, Dist, Exponential, LogNormal, RandInt, Uniform, dist_high, dist_low
+from .distributions import Constant, Dist, Exponential, LogNormal, RandInt, Uniform, dist_bounds, dist_low
 
 class MarkovAvailability(_Frozen):
     """Two-state Markov availability: exponential online/offline sojourns with these means."""
@@ -119,7 +119,7 @@ def _positive_per_client(s: Any, high: float = math.inf, low: float = 0.0) -> An
     elif isinstance(s, Exponential):
         values = [s.mean]
     else:
-        values = [dist_low(s), dist_high(s)]
+        values = list(dist_bounds(s))
     if any(not (x > 0 and math.isfinite(x)) for x in values):
         raise ValueError("must be > 0")
     if any(x > high for x in values):
