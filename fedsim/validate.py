@@ -8,6 +8,7 @@ which the runner calls once it is about to use the device.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Any
 
@@ -155,6 +156,8 @@ def check_paths(sc: Any) -> None:
 # --------------------------------------------------------------------------- numeric bounds
 def check_limits(sc: Any) -> None:
     """Check a validated Scenario's numbers against :mod:`fedsim.limits` (first problem wins)."""
+    from .scenario.distributions import dist_high  # fedsim.scenario imports this module
+
     _at_most("seed", sc.seed, MAX_SEED, low=0)
     if sc.data.seed is not None:
         _at_most("data.seed", sc.data.seed, MAX_SEED, low=0)
@@ -177,7 +180,7 @@ def check_limits(sc: Any) -> None:
     for key, bound in (("local_steps", MAX_STEPS_PER_JOB), ("max_local_steps", MAX_STEPS_PER_JOB), ("local_epochs", MAX_EPOCHS)):
         value = getattr(rnd, key)
         if value is not None:
-            _at_most(f"round.{key}", _high(value), bound)
+            _at_most(f"round.{key}", dist_high(value), bound)
     if rnd.policy == "window":
         _check_window_steps(sc)
         every = sc.eval.every_seconds
@@ -235,14 +238,8 @@ def check_compute_steps(sc: Any, step_flops: float | None) -> None:
     system, rnd = sc.system, sc.round
     if system.compute is None or rnd.policy != "window" or not step_flops:
         return
-    flops, slow = _high(system.compute.flops), 1.0 if system.slowdown is None else _low(system.slowdown)
-    if flops is None or slow is None:
-        return
-    caps = [c for c in (rnd.max_local_steps, _high(rnd.local_steps) if rnd.local_steps is not None else None) if c is not None]
-    if caps and min(caps) <= MAX_STEPS_PER_JOB:
-        return
-    steps = (rnd.window - 2 * system.latency) * flops / step_flops / slow
-    if steps > MAX_STEPS_PER_JOB:
+    steps = _window_steps(sc, system.compute.flops, step_flops)
+    if steps is not None and steps > MAX_STEPS_PER_JOB:
         raise ScenarioError(
             f"system.compute.flops: a window fits {steps:.3g} local steps per job at the fastest device "
             f"({step_flops:.3g} FLOPs a step), more than {MAX_STEPS_PER_JOB:,} (cap with round.max_local_steps)"
@@ -250,59 +247,42 @@ def check_compute_steps(sc: Any, step_flops: float | None) -> None:
 
 
 def _check_window_steps(sc: Any) -> None:
-    # The most steps a window job can take: (W - 2 latency) * fastest speed / smallest slowdown,
-    # unless capped (window mode caps by max_local_steps and local_steps). Unbounded draws
-    # (lognormal, exponential) have no largest value and are not checked here.
-    system, rnd = sc.system, sc.round
-    speed = _high(system.speed)
-    slow = 1.0 if system.slowdown is None else _low(system.slowdown)
-    if speed is None or slow is None:
-        return
-    caps = [c for c in (rnd.max_local_steps, _high(rnd.local_steps) if rnd.local_steps is not None else None) if c is not None]
-    if caps and min(caps) <= MAX_STEPS_PER_JOB:
-        return
-    steps = (rnd.window - 2 * system.latency) * speed / slow
-    if steps > MAX_STEPS_PER_JOB:
+    steps = None if sc.system.speed is None else _window_steps(sc, sc.system.speed)
+    if steps is not None and steps > MAX_STEPS_PER_JOB:
         raise ScenarioError(
             f"round.window: fits {steps:.3g} local steps per job at the fastest speed, more than "
             f"{MAX_STEPS_PER_JOB:,} (shorten the window, or cap with round.max_local_steps)"
         )
 
 
+def _window_steps(sc: Any, rate: Any, step_cost: float = 1.0) -> float | None:
+    """The most steps a window job can take: (W - 2 latency) x fastest ``rate`` (speed, or FLOP/s
+    over ``step_cost`` FLOPs) / smallest slowdown; None when capped (window mode caps by
+    max_local_steps and local_steps) or unbounded (lognormal, exponential: no largest value)."""
+    from .scenario.distributions import dist_high, dist_low  # fedsim.scenario imports this module
+
+    system, rnd = sc.system, sc.round
+    fastest, slow = dist_high(rate), 1.0 if system.slowdown is None else dist_low(system.slowdown)
+    if fastest == math.inf or slow == 0:
+        return None
+    caps = [c for c in (rnd.max_local_steps, dist_high(rnd.local_steps) if rnd.local_steps is not None else None) if c is not None]
+    if caps and min(caps) <= MAX_STEPS_PER_JOB:
+        return None
+    return (rnd.window - 2 * system.latency) * fastest / step_cost / slow
+
+
 def _check_values(path: str, value: Any, low: float, high: float) -> None:
+    from .scenario.distributions import dist_high, dist_low  # fedsim.scenario imports this module
+
     kind = getattr(value, "dist", None)
     if kind == "lognormal":
         _between(f"{path}.median", value.median, low, high)
         _at_most(f"{path}.sigma", value.sigma, MAX_SIGMA)
     elif kind == "exponential":
         _between(f"{path}.mean", value.mean, low, high)
-    else:
-        _between(path, _low(value), low, high)
-        _between(path, _high(value), low, high)
-
-
-def _low(value: Any) -> float | None:
-    """Smallest value a number, tuple or distribution takes (None: unbounded below 1)."""
-    kind = getattr(value, "dist", None)
-    if kind in ("uniform", "randint"):
-        return value.low
-    if kind == "constant":
-        return value.value
-    if kind is not None:
-        return None
-    return min(value) if isinstance(value, tuple) else value
-
-
-def _high(value: Any) -> float | None:
-    """Largest value a number, tuple or distribution takes (None: unbounded above)."""
-    kind = getattr(value, "dist", None)
-    if kind in ("uniform", "randint"):
-        return value.high
-    if kind == "constant":
-        return value.value
-    if kind is not None:
-        return None
-    return max(value) if isinstance(value, tuple) else value
+    elif value is not None:
+        _between(path, dist_low(value), low, high)
+        _between(path, dist_high(value), low, high)
 
 
 def _between(path: str, value: float | None, low: float, high: float) -> None:

@@ -64,13 +64,9 @@ def server_chain(spec: AlgoSpec) -> T.Transform:
     return part("server_opt", spec.server_opt).build(spec)
 
 
-def _bcast(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    return t.reshape(t.shape + (1,) * (like.dim() - t.dim()))
-
-
 def masked(mask: torch.Tensor, new: Tensors, old: Tensors) -> Tensors:
     """Per client: ``new`` where mask is True, else ``old`` (mask has shape (clients,))."""
-    return {k: torch.where(_bcast(mask, v), v, old[k]) for k, v in new.items()}
+    return {k: torch.where(T.bcast(mask, v), v, old[k]) for k, v in new.items()}
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ import torch
 from .aggregate import weighted_sum
 from .algorithm import algorithm
 from .spec import AlgoSpec, part
+from .transforms import bcast
 
 Tensors = dict[str, torch.Tensor]
 
@@ -168,8 +169,7 @@ def async_apply(
     if spec.normalize_async:
         norm = norm.add(arr)
         scale = norm.tau_eff / arr.a_norm
-        deltas = {k: d * scale.to(device=d.device, dtype=d.dtype).reshape((-1,) + (1,) * (d.dim() - 1))
-                  for k, d in deltas.items()}
+        deltas = {k: d * bcast(scale.to(device=d.device, dtype=d.dtype), d) for k, d in deltas.items()}
     d = rule.pseudo_gradient(params, arr.starts, deltas, coef)
     new_params, new_opt = algorithm(spec).server_step(params, d, opt)
     return new_params, new_opt, norm, coef

@@ -25,7 +25,7 @@ Tensors = dict[str, torch.Tensor]
 
 __all__ = [
     "Context", "Transform", "chain", "check_transform", "StateError", "clip_by_client_norm", "add_weight_decay", "add_correction", "trace",
-    "add_prox", "scale_by_adam", "amend", "scale",
+    "add_prox", "scale_by_adam", "amend", "scale", "bcast",
 ]
 
 
@@ -151,7 +151,8 @@ def check_transform(piece: Transform, params: Tensors, ctx: Context | None = Non
             raise StateError(f"{label}: its update of {k!r} has shape {got}, not {tuple(v.shape)}")
 
 
-def _bcast(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def bcast(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``t`` (one value per client) with trailing size-1 dimensions, to broadcast against ``like``."""
     return t.reshape(t.shape + (1,) * (like.dim() - t.dim()))
 
 
@@ -162,7 +163,7 @@ def clip_by_client_norm(clip_norm: float) -> Transform:
     def fn(u: Tensors, ctx: Context) -> Tensors:
         sq = sum(g.flatten(1).pow(2).sum(1) for g in u.values())
         s = torch.clamp(clip_norm / (sq.sqrt() + 1e-12), max=1.0)
-        return {k: g * _bcast(s, g) for k, g in u.items()}
+        return {k: g * bcast(s, g) for k, g in u.items()}
 
     return _stateless(fn, in_shadow=False, name="clip_by_client_norm")
 

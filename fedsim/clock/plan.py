@@ -4,7 +4,7 @@ for clock-only runs that must not pay for one Python object per row."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 import numpy as np
@@ -13,13 +13,6 @@ __all__ = ["Job", "RoundPlan", "RoundTable", "STATUSES", "JOB_COLUMNS", "aggrega
 
 #: Every status a row can have, in the order of the ``status`` codes of :class:`RoundTable`.
 STATUSES = ("completed", "dropped", "offline", "failed")
-
-#: Column names of a job table (the fields of :class:`Job`, in order).
-JOB_COLUMNS = (
-    "round", "client", "status", "steps", "start", "end", "key", "version", "staleness", "weight", "count",
-    "download", "upload",
-)
-
 
 @dataclass(frozen=True)
 class Job:
@@ -62,6 +55,10 @@ class Job:
     count: int = 1
     download: float = 0.0
     upload: float = 0.0
+
+
+#: Column names of a job table (the fields of :class:`Job`, in order).
+JOB_COLUMNS = tuple(f.name for f in fields(Job))
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,10 @@ from itertools import product
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
-
 from ..report.results import format_value
 from ..limits import MAX_COMPARE_RUNS
 from ..scenario import Scenario, ScenarioError, apply_overrides, parse_scenario, set_dotted
-from ..scenario_yaml import YamlInputError, load_yaml
+from ..scenario.loading import parse_value
 from ..validate import check_names, check_runnable
 
 __all__ = ["Cell", "CompareRun", "split_values", "parse_grid", "plan_compare"]
@@ -66,17 +64,6 @@ def split_values(text: str) -> list[str]:
     return [v for v in out if v != ""]
 
 
-def _yaml_value(text: str, where: str) -> Any:
-    """A grid value parsed by the scenario loader (its depth, node and number bounds), as ``--set``
-    values are; text that is not YAML stays a string."""
-    try:
-        return load_yaml(text)
-    except YamlInputError as err:
-        raise ScenarioError(f"{where}: {err}") from None
-    except yaml.YAMLError:
-        return text
-
-
 def parse_grid(items: Sequence[str]) -> dict[str, list]:
     """``["algorithm.lr=0.01,0.05", ...]`` -> ``{"algorithm.lr": [0.01, 0.05]}`` (values parsed as YAML)."""
     grid: dict[str, list] = {}
@@ -87,7 +74,7 @@ def parse_grid(items: Sequence[str]) -> dict[str, list]:
         key = key.strip()
         if not key or not all(key.split(".")):
             raise ScenarioError(f"--grid {item}: empty key")
-        vals = [_yaml_value(v, f"--grid {key}") for v in split_values(values)]
+        vals = [parse_value(v, f"--grid {key}") for v in split_values(values)]
         if not vals:
             raise ScenarioError(f"--grid {item}: no values")
         if key in grid:

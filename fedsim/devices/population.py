@@ -88,14 +88,18 @@ class PopulationSpec:
                 raise ValueError(f"--{key.replace('_', '-')}: must be a finite number in [0, {high:g}], got {v}")
 
 
+def _lognormal(spec: PopulationSpec, name: str, median: float, sigma: float, shape) -> np.ndarray:
+    """``median * exp(sigma * Z)``, Z standard normal of ``shape`` from the stream ``(seed, name)``."""
+    return median * np.exp(sigma * stream(spec.seed, name).standard_normal(shape))
+
+
 def _sessions(spec: PopulationSpec) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends), each ``(clients, days)`` seconds, whole seconds, clipped and ordered."""
     n, days = spec.clients, spec.days
     period = days * DAY
     tz = stream(spec.seed, "population-phase").normal(0.0, spec.tz_hours * 3600.0, n)
     jitter = stream(spec.seed, "population-jitter").normal(0.0, spec.jitter_hours * 3600.0, (n, days))
-    z = stream(spec.seed, "population-length").standard_normal((n, days))
-    length = spec.online_hours * 3600.0 * np.exp(spec.length_sigma * z)
+    length = _lognormal(spec, "population-length", spec.online_hours * 3600.0, spec.length_sigma, (n, days))
     start = np.arange(days) * DAY + spec.session_start_hours * 3600.0 + tz[:, None] + jitter
     start = np.rint(np.clip(start, 0.0, period))
     end = np.rint(np.clip(start + length, 0.0, period))
@@ -129,9 +133,8 @@ def _drawn_in_bounds(x: np.ndarray, low: float, high: float, what: str, unit: st
 def population_rows(spec: PopulationSpec) -> Iterator[str]:
     """The trace rows (without header) of the population ``spec``, client after client."""
     n = spec.clients
-    z = stream(spec.seed, "population-compute").standard_normal(n)
-    sample_s = spec.sample_ms_median * np.exp(spec.sample_ms_sigma * z) / 1000.0
-    z = np.exp(spec.kbps_sigma * stream(spec.seed, "population-bandwidth").standard_normal(n))
+    sample_s = _lognormal(spec, "population-compute", spec.sample_ms_median, spec.sample_ms_sigma, n) / 1000.0
+    z = _lognormal(spec, "population-bandwidth", 1.0, spec.kbps_sigma, n)  # one factor for both directions
     down, up = spec.down_kbps_median * z, spec.up_kbps_median * z
     _drawn_in_bounds(sample_s, 1 / MAX_SPEED, MAX_SECONDS, "a per-sample time", "s", "--sample-ms-sigma")
     for kbps in (down, up):

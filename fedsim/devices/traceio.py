@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from fedsim.atomic import AtomicFile
 from fedsim.errors import ScenarioError
 from fedsim.limits import MAX_TRACE_ROWS
 
@@ -91,11 +92,11 @@ def write_atomic(out: Path, comments: Iterable[str], rows: Iterable[str]) -> Non
     tmp = folder / f".{out.name}.{secrets.token_hex(4)}.tmp"
     with _signals_raise():
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+            atomic = AtomicFile(out, tmp, exclusive=True, text=True)
         except OSError as err:
             raise ScenarioError(f"--out {out}: cannot write in {folder} ({err.strerror})") from None
         try:
-            with os.fdopen(fd, "w", newline="") as f:
+            with atomic as f:
                 for c in comments:
                     f.write(f"# {c}\n")
                 f.write(",".join(DEVICE_TRACE_COLUMNS) + "\n")
@@ -103,12 +104,5 @@ def write_atomic(out: Path, comments: Iterable[str], rows: Iterable[str]) -> Non
                     if n > MAX_TRACE_ROWS:
                         raise ScenarioError(f"--out {out}: more than {MAX_TRACE_ROWS:,} rows; fedsim reads no larger trace")
                     f.write(r + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, out)
         except OSError as err:
-            tmp.unlink(missing_ok=True)
             raise ScenarioError(f"--out {out}: cannot write it ({err.strerror})") from None
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from ..atomic import AtomicFile
 from ..errors import ScenarioError
 from ..limits import MAX_PART_ROWS
 
@@ -230,16 +231,9 @@ class ParquetTableWriter:
 
         table = pa.concat_tables(self._batches)
         final = self.path / f"part-{self._count:05d}.parquet"
-        fd, tmp = tempfile.mkstemp(prefix=".part-", suffix=".tmp", dir=self.path)
-        os.close(fd)
-        try:
-            pq.write_table(table, tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # a new hidden .part-*.tmp (_TMP_NAME), mode 0o600 as tempfile.mkstemp made them
+        with AtomicFile(final, self.path / f".part-{secrets.token_hex(4)}.tmp", exclusive=True, perm=0o600) as f:
+            pq.write_table(table, f)
         self._count += 1
         self._batches, self._waiting = [], 0
 

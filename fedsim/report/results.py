@@ -9,7 +9,6 @@ computes (``runs.csv``, ``summary.csv``). Nothing here runs training: ``fedsim c
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any, Sequence
@@ -17,6 +16,7 @@ from typing import Any, Sequence
 import pandas as pd
 import yaml
 
+from ..atomic import AtomicFile
 from .parquet import has_table, read_table
 from .summary import SUMMARY_METRICS, aggregate_seeds, run_summary
 
@@ -226,9 +226,8 @@ def summarize(path: str | Path, target: float | None = None, *, write: bool = Tr
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    df.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    with AtomicFile(path) as f:
+        f.write(df.to_csv(index=False).encode())
 
 
 def load_summary(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:

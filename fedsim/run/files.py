@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from ..atomic import AtomicFile
 from ..errors import ScenarioError
 
 __all__ = ["FolderError", "safe_component", "write_atomic"]
@@ -36,19 +36,6 @@ def safe_component(name: str, key: str) -> str:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that it is either the old file or the new one, never a mix:
     write ``NAME.tmp`` (never through a symbolic link), fsync it, rename it over ``path`` (a link
-    there is replaced, not followed) and fsync the folder."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    # O_NOFOLLOW: a symbolic link planted at NAME.tmp is refused (ELOOP), never written through;
-    # 0o666 and the umask give the file the mode any other output gets.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o666)
-    with os.fdopen(fd, "wb") as f:
+    there is replaced, not followed) and fsync the folder (:class:`fedsim.atomic.AtomicFile`)."""
+    with AtomicFile(path) as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dirfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)

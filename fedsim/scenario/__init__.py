@@ -28,7 +28,7 @@ from __future__ import annotations
 from ..errors import ScenarioError
 from .algorithm import AlgorithmConfig
 from .data import DataConfig, ModelConfig, PartitionConfig
-from .distributions import Constant, Dist, Exponential, IntDist, LogNormal, RandInt, Uniform, dist_low
+from .distributions import Constant, Dist, Exponential, IntDist, LogNormal, RandInt, Uniform, dist_bounds, dist_high, dist_low
 from .loading import apply_overrides, dump_scenario, load_scenario, parse_scenario, read_yaml, set_dotted
 from .round import RoundConfig
 from .schema import Scenario

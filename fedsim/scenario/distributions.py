@@ -6,6 +6,7 @@ Each knows its clock value (``clock_value()``: the :mod:`fedsim.clock.model` dis
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
@@ -81,13 +82,23 @@ Dist = Annotated[Union[Uniform, LogNormal, RandInt, Constant, Exponential], Fiel
 IntDist = Annotated[Union[RandInt, Constant], Field(discriminator="dist")]
 
 
-def dist_low(d: Any) -> float:
-    """Smallest value a number or distribution can take."""
-    if isinstance(d, (int, float)):
-        return float(d)
+def dist_bounds(d: Any) -> tuple[float, float]:
+    """(smallest, largest) value a number, per-client tuple or distribution takes (lognormal,
+    exponential: 0 and inf, neither reached)."""
+    if isinstance(d, tuple):
+        return min(d), max(d)
     if isinstance(d, (Uniform, RandInt)):
-        return float(d.low)
+        return d.low, d.high
     if isinstance(d, Constant):
-        return d.value
-    return 0.0  # lognormal / exponential: > 0 but unbounded below 1
+        return d.value, d.value
+    return (0.0, math.inf) if isinstance(d, (LogNormal, Exponential)) else (d, d)
 
+
+def dist_low(d: Any) -> float:
+    """Smallest value of :func:`dist_bounds`."""
+    return dist_bounds(d)[0]
+
+
+def dist_high(d: Any) -> float:
+    """Largest value of :func:`dist_bounds`."""
+    return dist_bounds(d)[1]

@@ -16,7 +16,7 @@ from .base import _FieldError
 from .pydantic_errors import format_error
 from .schema import Scenario
 
-__all__ = ["parse_scenario", "apply_overrides", "set_dotted", "read_yaml", "load_scenario", "load_scenario_raw", "dump_scenario"]
+__all__ = ["parse_scenario", "apply_overrides", "set_dotted", "parse_value", "read_yaml", "load_scenario", "load_scenario_raw", "dump_scenario"]
 
 
 def parse_scenario(raw: Any, base_dir: Path | None = None) -> Scenario:
@@ -49,7 +49,9 @@ def _resolve_paths(sc: Scenario, base: Path) -> Scenario:
     return sc.model_copy(update={"data": data, "system": system})
 
 
-def _parse_value(text: str, where: str) -> Any:
+def parse_value(text: str, where: str) -> Any:
+    """A ``--set`` or ``--grid`` value parsed by the scenario loader (its depth, node and number
+    bounds); text that is not YAML stays a string."""
     try:
         return load_yaml(text)
     except YamlInputError as err:
@@ -65,7 +67,7 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         if "=" not in item:
             raise ScenarioError(f"--set {item}: expected dotted.key=value")
         key, value = item.split("=", 1)
-        set_dotted(raw, key.strip(), _parse_value(value, f"--set {item}"), f"--set {item}")
+        set_dotted(raw, key.strip(), parse_value(value, f"--set {item}"), f"--set {item}")
     return raw
 
 

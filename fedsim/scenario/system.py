@@ -14,7 +14,7 @@ from pydantic import Field, TypeAdapter, ValidationError, field_validator, model
 
 from .base import _Boolean, _FieldError, _Frozen, _has_bool, registered
 from .pydantic_errors import nested_error
-from .distributions import Constant, Dist, LogNormal, RandInt, Uniform, dist_low
+from .distributions import Constant, Dist, Exponential, LogNormal, RandInt, Uniform, dist_bounds, dist_low
 
 Interval = tuple[float, float]
 #: ``system.availability``'s per-client offline intervals: one list of ``[start, end)`` per client.
@@ -65,10 +65,12 @@ def _positive_per_client(s: Any, high: float = math.inf, low: float = 0.0) -> An
         if not s:
             raise ValueError("must be > 0")
         values = list(s)
-    elif isinstance(s, (Uniform, RandInt, Constant)):
-        values = [dist_low(s), s.value if isinstance(s, Constant) else s.high]
+    elif isinstance(s, LogNormal):
+        values = [s.median]
+    elif isinstance(s, Exponential):
+        values = [s.mean]
     else:
-        values = [s.median if isinstance(s, LogNormal) else s.mean]
+        values = list(dist_bounds(s))
     if any(not (x > 0 and math.isfinite(x)) for x in values):
         raise ValueError("must be > 0")
     if any(x > high for x in values):
