@@ -219,7 +219,14 @@ class Algorithm:
         return new_params, new
 
 
-@lru_cache(maxsize=64)
 def algorithm(spec: AlgoSpec) -> Algorithm:
-    """``Algorithm.build(spec)``, built once per spec."""
+    """``Algorithm.build(spec)``, built once per spec and registry generation (a part registered
+    again with ``replace=True`` is used, :func:`fedsim.registry.generation`)."""
+    from ..registry import generation
+
+    return _algorithm(spec, generation())
+
+
+@lru_cache(maxsize=64)
+def _algorithm(spec: AlgoSpec, generation: int) -> Algorithm:
     return Algorithm.build(spec)

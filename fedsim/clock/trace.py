@@ -52,10 +52,12 @@ read (a device or FIFO is refused before opening).
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import math
 import os
 import stat
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -144,9 +146,9 @@ def _number(name: str, line: int, col: str, text: str, bound: float) -> float:
     return x
 
 
-def _read_regular(path: str | Path, name: str) -> str:
-    """The text of ``path``, which must be a regular file (not a device, FIFO or directory: those
-    never end or block, so they are refused before opening)."""
+def _stat_regular(path: str | Path, name: str) -> os.stat_result:
+    """``os.stat(path)``, which must be a regular file (not a device, FIFO or directory: those
+    never end or block, so they are refused before opening) of at most ``MAX_TRACE_BYTES``."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -159,19 +161,52 @@ def _read_regular(path: str | Path, name: str) -> str:
         raise _fail(name, None, "not a regular file (a device, FIFO or socket)")
     if st.st_size > MAX_TRACE_BYTES:
         raise _fail(name, None, f"{st.st_size:,} bytes, more than the {MAX_TRACE_BYTES:,} fedsim reads")
+    return st
+
+
+def _read_bytes(path: str | Path, name: str) -> bytes:
     try:
-        return Path(path).read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
-    except UnicodeDecodeError:
-        raise _fail(name, None, "not a text file") from None
+        return Path(path).read_bytes()
     except OSError as err:
         raise _fail(name, None, f"cannot read ({err.strerror})") from None
 
 
-def load_trace(path: str | Path, num_clients: int) -> Trace:
-    """Read and check a trace file for ``num_clients`` clients (see the module docstring)."""
-    name = str(path)
-    text = _read_regular(path, name)
+def _decode(data: bytes, name: str) -> str:
+    try:
+        text = data.decode("utf-8-sig")  # tolerate a byte-order mark
+    except UnicodeDecodeError:
+        raise _fail(name, None, "not a text file") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as text mode reads
 
+
+#: Loaded traces kept (the most recently used), so one run parses its trace once: ``fedsim
+#: run``'s validation and then the clock get the same :class:`Trace`.
+LOADED_TRACES = 2
+_loaded: OrderedDict[tuple, Trace] = OrderedDict()
+
+
+def load_trace(path: str | Path, num_clients: int) -> Trace:
+    """Read and check a trace file for ``num_clients`` clients (see the module docstring).
+
+    The file is read each time, but parsed once per content: the last :data:`LOADED_TRACES`
+    traces are kept, keyed by the path as given, ``num_clients`` and a BLAKE2b digest of the bytes
+    (an edited file is parsed again). A kept trace's arrays are read-only."""
+    name = str(path)
+    _stat_regular(path, name)
+    data = _read_bytes(path, name)
+    key = (name, int(num_clients), hashlib.blake2b(data, digest_size=32).digest())
+    trace = _loaded.get(key)
+    if trace is None:
+        trace = _parse(name, _decode(data, name), num_clients)
+        _loaded[key] = trace
+        while len(_loaded) > LOADED_TRACES:
+            _loaded.popitem(last=False)
+    _loaded.move_to_end(key)
+    return trace
+
+
+def _parse(name: str, text: str, num_clients: int) -> Trace:
+    """The :class:`Trace` in ``text`` (the file ``name``) for ``num_clients`` clients."""
     reader = csv.reader(io.StringIO(text))
     index: dict[str, int] | None = None
     rows: dict[int, list[tuple[float, float, bool, float, int]]] = {c: [] for c in range(num_clients)}
@@ -271,6 +306,7 @@ def load_trace(path: str | Path, num_clients: int) -> Trace:
         return Trace(name, tuple(clients))
     of = np.arange(num_clients) % devices  # fedsim client -> trace device
     bw = np.array([bandwidth.get(c, (math.inf, math.inf)) for c in range(devices)], dtype=np.float64)[of]
+    bw.setflags(write=False)
     return Trace(name, tuple(clients[d] for d in of.tolist()), True, bw[:, 0], bw[:, 1])
 
 
@@ -322,7 +358,10 @@ def _client_trace(ivs: list[tuple[float, float, bool, float, int]]) -> ClientTra
         bp.append(max(ivs[-1][1], math.ulp(0.0)))
         online.append(False)
         speed.append(0.0)
-    return ClientTrace(np.array(bp), np.array(online, dtype=bool), np.array(speed), sessions)
+    arrays = np.array(bp), np.array(online, dtype=bool), np.array(speed)
+    for a in arrays:  # shared by every run that loads the trace (load_trace keeps it)
+        a.setflags(write=False)
+    return ClientTrace(*arrays, sessions)
 
 
 class SessionIndex:

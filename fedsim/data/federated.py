@@ -14,7 +14,7 @@ class labels of shape (n,) when ``num_classes`` is set, else any target the loss
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -39,6 +39,11 @@ class FederatedData:
         mean: Per-channel normalization mean for (C, H, W) images (applied by the engine), or None.
         std: Per-channel normalization std, or None.
         augment: Random crop (pad 4) + horizontal flip on image batches.
+        check_clients: ``"touched"`` (default): a client's ``client_data`` is checked (lengths,
+            ``sizes``, shapes, labels) when the run first fetches it, so a bad client outside the
+            evaluation sample stops the run there (one line, exit 2, rows kept). ``"all"``: before
+            the run folder is touched, every client's ``client_data(k)`` is fetched and checked
+            once, one client at a time and discarded: one extra call per client.
     """
 
     sizes: np.ndarray
@@ -51,6 +56,7 @@ class FederatedData:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     augment: bool = False
+    check_clients: Literal["touched", "all"] = "touched"
 
     def __post_init__(self) -> None:
         sizes = np.asarray(self.sizes)
@@ -70,6 +76,8 @@ class FederatedData:
             raise ValueError(f"{self.name}: {len(self.client_ids)} client ids for {len(sizes)} clients")
         if (self.mean is None) != (self.std is None):
             raise ValueError(f"{self.name}: give both mean and std or neither")
+        if self.check_clients not in ("touched", "all"):
+            raise ValueError(f"{self.name}: check_clients must be 'touched' or 'all', got {self.check_clients!r}")
 
     @property
     def num_clients(self) -> int:

@@ -6,6 +6,9 @@ every client when the population is at most that large), then each round's cohor
 sample plus the participants, never the whole population. Sizes n_i and weights p_i = n_i / n
 come from ``FederatedData.sizes`` without building any client.
 
+With ``FederatedData.check_clients == "all"`` every client is fetched and checked once more while
+the workload is built (:func:`check_every_client`), before the run folder is touched.
+
 Test data: the shared ``test`` set when given, else the evaluation sample's per-client test parts
 (``client_test``), concatenated in client order.
 
@@ -24,7 +27,7 @@ import torch
 from ..errors import ScenarioError
 from .workload_value import Workload, eval_sample
 
-__all__ = ["federated_workload", "fetcher"]
+__all__ = ["federated_workload", "fetcher", "check_every_client"]
 
 
 def _tensor(a: Any, device: torch.device, dtype: torch.dtype, *, classes: bool = False) -> torch.Tensor:
@@ -50,15 +53,25 @@ def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = Fals
         for k in clients:
             k = int(k)
             try:
-                x, y = get(k)
+                got = get(k)
+            except ScenarioError:  # a reader's DataFormatError names its file: kept as it is
+                raise
+            except Exception as err:  # noqa: BLE001 -- the user's callable failed: one line naming it
+                raise ScenarioError(f"data: {what}({k}) failed: {_one_line(err)}") from None
+            try:
+                x, y = got
+                nx, ny = len(x), len(y)
             except (TypeError, ValueError) as err:
                 raise ScenarioError(f"data: {what}({k}) must return (x, y): {err}") from None
-            if len(x) != len(y):
-                raise ScenarioError(f"data: {what}({k}) returned {len(x)} inputs and {len(y)} targets")
-            if not test and len(y) != int(data.sizes[k]):
-                raise ScenarioError(f"data: {what}({k}) returned {len(y)} examples; sizes[{k}] is {int(data.sizes[k])}")
-            xt = _tensor(x, device, dtype)
-            yt = _tensor(y, device, dtype, classes=data.num_classes is not None)
+            if nx != ny:
+                raise ScenarioError(f"data: {what}({k}) returned {nx} inputs and {ny} targets")
+            if not test and ny != int(data.sizes[k]):
+                raise ScenarioError(f"data: {what}({k}) returned {ny} examples; sizes[{k}] is {int(data.sizes[k])}")
+            try:
+                xt = _tensor(x, device, dtype)
+                yt = _tensor(y, device, dtype, classes=data.num_classes is not None)
+            except (TypeError, ValueError, RuntimeError) as err:
+                raise ScenarioError(f"data: {what}({k}) returned arrays torch cannot take: {_one_line(err)}") from None
             if not shape:
                 shape.extend([tuple(xt.shape[1:]), tuple(yt.shape[1:])])
             elif (tuple(xt.shape[1:]), tuple(yt.shape[1:])) != tuple(shape):
@@ -74,6 +87,19 @@ def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = Fals
         return x, y
 
     return fetch
+
+
+def check_every_client(data, dtype: torch.dtype) -> None:
+    """``check_clients: "all"``: fetch and check every client's ``client_data(k)`` once, one client
+    at a time on the CPU, each discarded (one line naming the first bad client, as :func:`fetcher`)."""
+    fetch = fetcher(data, torch.device("cpu"), dtype)
+    for k in range(data.num_clients):
+        fetch([k])
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, model=None, loss=None) -> Workload:
@@ -126,6 +152,8 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
         ycpu = y_train.cpu().numpy()
         for c, ix in zip(held_ids, held):
             counts[c] = np.bincount(ycpu[ix], minlength=num_classes)
+    if data.check_clients == "all":  # after the model is built: a bad factory fails first
+        check_every_client(data, dtype)
     subset = sample is not None
     return Workload(
         name=data.name,

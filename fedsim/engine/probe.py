@@ -17,6 +17,9 @@ Engine path (recorded as ``engine_path`` in info.yaml):
   own copy, docs/algorithms.md), or when the batched gradient (``vmap`` over two stacked clients)
   raises on the probe batch (``nn.LSTM``: torch has no batching rule for ``aten::lstm``);
 * ``batched`` otherwise.
+
+:func:`check_ranks` refuses a model with buffers under torchrun (more than one rank), which the
+runner calls with the world size before the run folder is touched.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch
 from ..errors import ScenarioError
 from .workload_value import Workload
 
-__all__ = ["probe", "PATHS"]
+__all__ = ["probe", "check_ranks", "PATHS"]
 
 #: The engine paths.
 PATHS = ("batched", "per_client")
@@ -77,6 +80,13 @@ def probe(work: Workload, batch_size: int, *, path: str | None = None) -> Worklo
     finally:
         work.module.train(was_training)
     return out
+
+
+def check_ranks(work: Workload, world_size: int) -> None:
+    """Refuse what the engine cannot run on ``world_size`` ranks (torchrun), before the run folder
+    is touched: a model with buffers (``model: ...``, one line)."""
+    if world_size > 1 and work.buffers:
+        raise ScenarioError("model: a model with buffers (BatchNorm statistics) is not supported under torchrun yet")
 
 
 def _state(work: Workload) -> dict:

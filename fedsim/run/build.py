@@ -10,7 +10,9 @@ from ..algorithms.algorithm import algorithm
 from ..algorithms.server import server_init
 from ..clock import Clock, WorkCost
 from ..devices.cost import work_cost
+from ..engine import distributed
 from ..engine.async_run import AsyncEngine
+from ..engine.probe import check_ranks
 from ..engine.run import SyncEngine
 from ..engine.threads import set_threads, thread_budget
 from ..engine.train import auto_chunk
@@ -51,6 +53,7 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     device = resolve_device(sc.engine.device)
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
     work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
+    check_ranks(work, distributed.world()[1])  # torchrun: a model with buffers, before the folder
     spec = sc.algorithm_spec  # resolved once, when the scenario was validated
     algorithm(spec).check(work.init_params)  # the pieces' state on one step: one line, exit 2
     chunk = (

@@ -11,10 +11,17 @@ from .base import _FieldError
 __all__ = ["check_scenario", "algorithm_spec"]
 
 
-@functools.lru_cache(maxsize=256)
 def algorithm_spec(config):
     """The :class:`~fedsim.algorithms.spec.AlgoSpec` of an ``algorithm`` section, resolved once per
-    (equal, frozen) section: validation and the runner share it (``Scenario.algorithm_spec``)."""
+    (equal, frozen) section and registry generation: validation and the runner share it
+    (``Scenario.algorithm_spec``); a piece registered again with ``replace=True`` is used."""
+    from ..registry import generation
+
+    return _algorithm_spec(config, generation())
+
+
+@functools.lru_cache(maxsize=256)
+def _algorithm_spec(config, generation: int):
     from ..algorithms.spec import resolve
 
     return resolve(config)
