@@ -184,12 +184,13 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
     from .errors import ScenarioError
     from .plugins import load_plugins
     from .scenario import Scenario, apply_overrides, parse_scenario, read_yaml
-    from .validate import check_names
+    from .validate import check_names, check_ready
 
     load_plugins(plugins)
     base_dir = None
     if isinstance(scenario, Scenario):
         if not overrides and model is None and data is None and algorithm is None:
+            check_ready(scenario)
             return scenario
         raw = scenario.model_dump(mode="json")
     elif isinstance(scenario, Mapping):
@@ -216,6 +217,7 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
     if sc.variants:
         raise ScenarioError("variants: fedsim.run runs one scenario; run each of "
                             "fedsim.scenario.expand_variants(...) or use fedsim compare")
+    check_ready(sc)
     return sc
 
 

@@ -70,15 +70,10 @@ def _load_checked(args):
     load_plugins(args.plugins)
     sc, raw = load_scenario_raw(args.scenario, args.overrides)
     variants = expand_variants(sc, raw, Path(args.scenario).resolve().parent)
-    from .validate import check_runnable
+    from .validate import check_ready
 
     for _, vsc in variants:
-        check_runnable(vsc)
-        if vsc.system.trace is not None:
-            from .clock import load_trace
-            from .validate import check_trace
-
-            check_trace(vsc, load_trace(vsc.system.trace, vsc.data.num_clients))
+        check_ready(vsc)
     return sc, variants
 
 

@@ -20,7 +20,7 @@ from .limits import (
 
 __all__ = [
     "NAME_PATTERN", "check_name", "check_names", "check_run_name", "check_limits", "check_paths", "check_device_spec",
-    "check_device_available", "parse_seeds", "check_target", "check_runnable", "check_trace", "check_compute_steps",
+    "check_device_available", "parse_seeds", "check_target", "check_runnable", "check_ready", "check_trace", "check_compute_steps",
 ]
 
 #: One folder name: ASCII letters, digits, ``.``, ``_``, ``=``, ``+``, ``-``, starting with a letter
@@ -200,6 +200,17 @@ def check_runnable(sc: Any) -> None:
         for key in ("compute", "network"):
             if getattr(sc.system, key) is not None:
                 raise ScenarioError(f"system.{key}: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
+
+
+def check_ready(sc: Any) -> None:
+    """The checks a run makes before it is built, shared by ``fedsim validate``/``run``/``compare``
+    and the Python API: :func:`check_runnable`, and :func:`check_trace` on the scenario's trace
+    (parsed once: the clock reuses it, :func:`fedsim.clock.trace.load_trace`)."""
+    check_runnable(sc)
+    if sc.system.trace is not None:
+        from .clock import load_trace
+
+        check_trace(sc, load_trace(sc.system.trace, sc.data.num_clients))
 
 
 def _check_per_client(sc: Any) -> None:

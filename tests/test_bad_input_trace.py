@@ -90,3 +90,17 @@ def test_a_kept_trace_cannot_be_changed_in_place(tmp_path, parses):
     path.write_text(TRACE)
     with pytest.raises(ValueError, match="read-only"):
         trace_mod.load_trace(path, 2).clients[0].speed[0] = 9.0
+
+
+def test_python_api_checks_the_trace_before_the_folder(tmp_path, parses):
+    """fedsim.run and fedsim.schedule make the command line's checks: a trace where no client is
+    ever online under policy wait is one line, before ``out`` exists, and parsed once."""
+    (tmp_path / "off.csv").write_text("client,start,end,online,speed\n0,0,100,0,2.0\n1,0,100,0,4.0\n")
+    sc = yaml.safe_load(scenario(tmp_path).read_text())
+    sc["system"]["trace"] = str(tmp_path / "off.csv")
+    for call in (fedsim.run, fedsim.schedule):
+        with pytest.raises(fedsim.ScenarioError, match=r"^system.trace: no client is ever online in .*off.csv; "
+                                                       r"policy wait would wait forever$"):
+            call(sc, out=tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+    assert parses == [(str(tmp_path / "off.csv"), 2)]
