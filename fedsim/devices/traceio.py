@@ -64,18 +64,23 @@ def check_out(out: str | Path, force: bool = False) -> Path:
 
 
 @contextmanager
-def _signals_raise() -> Iterator[None]:
-    """SIGTERM / SIGHUP raise SystemExit in the block (so its cleanup runs), as Ctrl-C does."""
+def _signals_raise() -> Iterator[list[int]]:
+    """SIGTERM / SIGHUP raise SystemExit in the block (so its cleanup runs), as Ctrl-C does. The
+    list it gives also receives the signal, for the block to check: an exception raised while a
+    module is being imported can be lost (numpy.random imported lazily mid-write lost about one
+    SIGTERM in ten), the list cannot."""
+    received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield received
         return
 
     def stop(signum, frame):
+        received.append(signum)
         raise SystemExit(128 + signum)
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, getattr(signal, "SIGHUP", signal.SIGTERM))}
     try:
-        yield
+        yield received
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -90,7 +95,7 @@ def write_atomic(out: Path, comments: Iterable[str], rows: Iterable[str]) -> Non
     out = Path(out)
     folder = out.parent if str(out.parent) else Path(".")
     tmp = folder / f".{out.name}.{secrets.token_hex(4)}.tmp"
-    with _signals_raise():
+    with _signals_raise() as received:
         try:
             atomic = AtomicFile(out, tmp, exclusive=True, text=True)
         except OSError as err:
@@ -101,8 +106,12 @@ def write_atomic(out: Path, comments: Iterable[str], rows: Iterable[str]) -> Non
                     f.write(f"# {c}\n")
                 f.write(",".join(DEVICE_TRACE_COLUMNS) + "\n")
                 for n, r in enumerate(rows, 1):
+                    if received:
+                        raise SystemExit(128 + received[0])
                     if n > MAX_TRACE_ROWS:
                         raise ScenarioError(f"--out {out}: more than {MAX_TRACE_ROWS:,} rows; fedsim reads no larger trace")
                     f.write(r + "\n")
+                if received:
+                    raise SystemExit(128 + received[0])
         except OSError as err:
             raise ScenarioError(f"--out {out}: cannot write it ({err.strerror})") from None
