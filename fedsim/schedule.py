@@ -21,6 +21,7 @@ from .clock import STATUSES, RoundTable
 from .clock.model import Async
 from .clock.plan import aggregation_weights
 from .data.federated import FederatedData
+from .data.quadratic import QuadraticProblem
 from .report.parquet import ParquetTableWriter, table_path
 from .report.tables import CLIENT_COLUMNS, fmt
 from .run.clock import build_clock
@@ -35,18 +36,15 @@ SCHEDULE_ROUND_COLUMNS = ["round", "sim_time", "participants", "tau_mean", "tau_
 
 
 def client_sizes_and_weights(sc: Scenario, ds=None) -> tuple[np.ndarray, np.ndarray]:
-    """n_i and p_i without building a model (quadratic: n_i = 1, p_i from data.weights); ``ds``:
-    the scenario's data when already built (:func:`fedsim.engine.workload.dataset_for`)."""
-    if sc.data.name == "quadratic":
-        m = sc.data.num_clients
-        w = np.ones(m) if sc.data.weights is None else np.asarray(sc.data.weights, dtype=np.float64)
-        return np.ones(m, dtype=np.int64), w / w.sum()
+    """n_i and p_i without building a model: p_i = n_i / n, or the quadratic problem's own
+    weights (what a trained run's workload holds); ``ds``: the scenario's data when already built
+    (:func:`fedsim.engine.workload.dataset_for`)."""
     if ds is None:
         from .engine.workload import dataset_for
 
         ds = dataset_for(sc)
     n = np.asarray(ds.sizes if isinstance(ds, FederatedData) else ds.client_sizes, dtype=np.int64)
-    return n, n / n.sum()
+    return n, ds.weights if isinstance(ds, QuadraticProblem) else n / n.sum()
 
 
 def _shape_and_classes(ds) -> tuple[tuple[int, ...], int | None]:
@@ -73,7 +71,7 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
 
     out = Path(out)
     sc, ds = adopt_clients(sc, data)
-    if ds is None and sc.data.name != "quadratic":  # built once: sizes and the model's cost both need it
+    if ds is None:  # built once: sizes and the model's cost both need it
         from .engine.workload import dataset_for
 
         ds = dataset_for(sc)
@@ -101,8 +99,8 @@ def work_cost_for(sc: Scenario, ds, model=None):
     """The model's cost (FLOPs per step, bytes per transfer) when the system model needs it:
     ``system.compute``, ``system.network`` or a trace (device traces time steps and transfers)."""
     s = sc.system
-    if sc.data.name == "quadratic" or (s.compute is None and s.network is None and s.trace is None):
-        return None
+    if isinstance(ds, QuadraticProblem) or (s.compute is None and s.network is None and s.trace is None):
+        return None  # the quadratic problem has no model: no FLOPs or bytes (refused with those, check_runnable)
     from .devices.cost import work_cost
     from .engine.workload import make_model
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..data.quadratic import QuadraticProblem
 from ..rng import seed_int
 from .workload_value import EVAL_CLIENTS, Tensors, Workload, eval_info, eval_sample, make_model, model_functions
 
@@ -40,10 +41,9 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _quadratic(sc, device, dtype) -> Workload:
-    from ..data.quadratic import QuadraticProblem
-
-    problem = QuadraticProblem.from_config(sc.data, sc.data_seed)  # the centers e_i and weights p_i
+def _quadratic(problem: QuadraticProblem, device, dtype) -> Workload:
+    """FedNova's quadratic problem as a workload: client i holds its center e_i, F_i(x) =
+    1/2 ||x - e_i||^2, weights p_i (the problem's)."""
     centers, p = problem.centers, problem.weights
     m = centers.shape[0]
     x = torch.as_tensor(centers, dtype=dtype, device=device)
@@ -114,8 +114,6 @@ def dataset_for(sc):
 
 def client_sizes(sc) -> np.ndarray:
     """n_i of every client of scenario ``sc`` (quadratic: 1 each), without generating any features."""
-    if sc.data.name == "quadratic":
-        return np.ones(sc.data.num_clients, dtype=np.int64)
     return np.asarray(dataset_for(sc).client_sizes, dtype=np.int64)
 
 
@@ -137,10 +135,10 @@ def build_workload(sc, device: torch.device, dtype: torch.dtype, *, model=None, 
     data = source if data is None else data
     from ..data.federated import FederatedData
 
-    if data is None and sc.data.name == "quadratic":
-        return _quadratic(sc, device, dtype)
     if data is None:
-        data = dataset_for(sc)  # a registered dataset may be a FederatedData too
+        data = dataset_for(sc)  # a registered dataset may be a FederatedData or a QuadraticProblem too
+    if isinstance(data, QuadraticProblem):
+        return _quadratic(data, device, dtype)
     if isinstance(data, FederatedData):
         from .from_data import federated_workload
 
