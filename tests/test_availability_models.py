@@ -167,3 +167,17 @@ def test_built_in_models_are_one_module_each():
     from fedsim.availability.markov import MarkovAvailability
 
     assert AVAILABILITY.get("markov") is MarkovAvailability and AVAILABILITY.get("diurnal") is DiurnalAvailability
+
+
+def test_every_registry_has_its_documented_register_function():
+    import re
+    from pathlib import Path
+
+    from fedsim import registries
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "python-api.md").read_text()
+    listed = text[text.index("The registration functions are"):text.index("## Plug-ins")]
+    exported = {n for n in fedsim.__all__ if n.startswith("register_")}
+    assert set(re.findall(r"`(register_\w+)`", listed)) == exported
+    assert {f"register_{kind}" for kind in registries.ALL} == exported
+    assert all(callable(getattr(fedsim, name)) for name in exported)
