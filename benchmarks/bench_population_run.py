@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     row.update(machine(big["threads"]))
     print(", ".join(f"{k} {v}" for k, v in row.items() if k not in ("date", "cpu", "torch", "device")), flush=True)
     if not a.no_save:
-        append("population", [row], "Population at the cost of the participants (100,000 vs 1,000 clients)")
+        append("population_run", [row], "Population at the cost of the participants (100,000 vs 1,000 clients)")
     return 0
 
 
