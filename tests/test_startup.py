@@ -62,3 +62,13 @@ def test_validate_imports_neither_torch_nor_pandas(tmp_path):
     p = probe("validate", str(ROOT / "scenarios" / "quickstart.yaml"), cwd=tmp_path)
     assert p["rc"] == 0
     assert not set(HEAVY) & set(p["modules"])
+
+
+def test_validate_of_a_registered_availability_model_imports_no_torch(tmp_path):
+    """A model named in system.availability is a registered module (fedsim/availability/diurnal.py),
+    imported to check its keys; it pulls in neither torch nor pandas."""
+    (tmp_path / "d.yaml").write_text("round: {policy: window, window: 5.0}\n"
+                                     "system: {availability: {model: diurnal, peak: 0.9}}\n")
+    p = probe("validate", "d.yaml", cwd=tmp_path)
+    assert p["rc"] == 0
+    assert not set(HEAVY) & set(p["modules"])
