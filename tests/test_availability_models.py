@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 import fedsim
 from fedsim.availability import AvailabilitySection
@@ -181,3 +181,34 @@ def test_every_registry_has_its_documented_register_function():
     assert set(re.findall(r"`(register_\w+)`", listed)) == exported
     assert {f"register_{kind}" for kind in registries.ALL} == exported
     assert all(callable(getattr(fedsim, name)) for name in exported)
+
+
+class _Checked(StaggeredSection):
+    """A user's section with its own validators (plain ValueError, no fedsim internals)."""
+
+    @field_validator("stagger")
+    @classmethod
+    def _small(cls, v):
+        if v > 100:
+            raise ValueError("must be at most 100 s")
+        return v
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.off > self.on:
+            raise ValueError("off must not exceed on")
+        return self
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"on": 5.0, "off": 1.0, "stagger": 500.0}, "system.availability.stagger: must be at most 100 s"),
+    ({"on": 1.0, "off": 5.0}, "system.availability: off must not exceed on"),
+])
+def test_a_user_sections_own_errors_are_named_under_the_key(keys, message):
+    fedsim.register_availability("checked", _Checked)
+    try:
+        with pytest.raises(ScenarioError) as err:
+            _schedule({"model": "checked", **keys})
+        assert str(err.value) == message
+    finally:
+        AVAILABILITY.unregister("checked")
