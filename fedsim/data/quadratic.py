@@ -3,8 +3,9 @@ F_i(x) = 1/2 ||x - e_i||^2, its one "sample" the center e_i, and p_i its weight.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -15,10 +16,11 @@ __all__ = ["QuadraticProblem"]
 
 @dataclass(frozen=True, eq=False)
 class QuadraticProblem:
-    """Centers ``(clients, dim)`` float64 and weights p_i ``(clients,)`` summing to 1."""
+    """Weights p_i ``(clients,)`` summing to 1 and centers ``(clients, dim)`` float64, drawn on
+    first use of :attr:`centers` (sizes and weights, all a schedule needs, draw none)."""
 
-    centers: np.ndarray
     weights: np.ndarray
+    draw_centers: Callable[[], np.ndarray]
 
     @classmethod
     def from_config(cls, d: Any, seed: int) -> "QuadraticProblem":
@@ -26,14 +28,25 @@ class QuadraticProblem:
         as ``center_scale * N(0, 1)`` from the stream ``(seed, "centers")``; ``weights`` given
         (normalized) or uniform."""
         if d.centers is not None:
-            centers = np.asarray(d.centers, dtype=np.float64)
+            m = len(d.centers)
+
+            def draw() -> np.ndarray:
+                return np.asarray(d.centers, dtype=np.float64)
         else:
-            centers = d.center_scale * stream(seed, "centers").standard_normal((d.num_clients, d.dim))
-        m = centers.shape[0]
+            m = d.num_clients
+
+            def draw() -> np.ndarray:
+                return d.center_scale * stream(seed, "centers").standard_normal((d.num_clients, d.dim))
+
         p = np.full(m, 1.0 / m) if d.weights is None else np.asarray(d.weights, dtype=np.float64) / sum(d.weights)
-        return cls(centers, p)
+        return cls(p, draw)
+
+    @functools.cached_property
+    def centers(self) -> np.ndarray:
+        """e_i, one row per client."""
+        return self.draw_centers()
 
     @property
     def client_sizes(self) -> np.ndarray:
         """One sample (the center) per client."""
-        return np.ones(len(self.centers), dtype=np.int64)
+        return np.ones(len(self.weights), dtype=np.int64)
