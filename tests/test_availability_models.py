@@ -5,7 +5,7 @@ alike; the generic array walk (TimelineStates) replays a built-in's own arrays e
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -20,7 +20,7 @@ from fedsim.clock.model import Population
 from fedsim.errors import ScenarioError
 from fedsim.registries import AVAILABILITY
 from fedsim.registry import RegistryError
-from fedsim.scenario import RoundConfig, SystemConfig
+from fedsim.scenario import RoundConfig, SystemConfig, parse_scenario
 
 
 class StaggeredTimeline:
@@ -212,3 +212,84 @@ def test_a_user_sections_own_errors_are_named_under_the_key(keys, message):
         assert str(err.value) == message
     finally:
         AVAILABILITY.unregister("checked")
+
+
+class _Listed(AvailabilityModel):
+    """A model whose timelines are given as lists of toggle times (for broken-model tests)."""
+
+    def __init__(self, times, changes=True):
+        self.times, self.changes = times, changes
+
+    def timelines(self, m, seed):
+        model = self
+
+        class Timeline:
+            initial, changes = True, model.changes
+
+            def __init__(self, times):
+                self.times = times
+
+            def toggles(self):
+                return iter(self.times)
+
+        return [Timeline(t) for t in self.times]
+
+
+def _plans(model, m, fast, rounds=4):
+    system = replace(SystemConfig(speed=1.0).value(), availability=model)
+    rule = RoundConfig(policy="window", window=4.0).value(4)
+    return list(itertools.islice(Clock(system, rule, Population.of([1] * m), seed=0, fast=fast).plans(), rounds))
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["vectorised", "simpy"])
+@pytest.mark.parametrize("times, message", [
+    ([[5.0], [6.0]], "system.availability: _Listed.timelines gave 2 timelines for 3 clients"),
+    ([[5.0], [10.0, 5.0, 20.0], [1.0]], "system.availability: _Listed: client 1's toggle at 5.0 follows 10.0 "
+                                        "(toggle times must be finite, > 0 and increasing)"),
+    ([[5.0], [float("nan")], [1.0]], "system.availability: _Listed: client 1's toggle at nan follows 0.0"),
+    ([[0.0], [1.0], [2.0]], "system.availability: _Listed: client 0's toggle at 0.0 follows 0.0"),
+])
+def test_a_broken_user_model_is_one_line_on_both_paths(fast, times, message):
+    with pytest.raises(ScenarioError) as err:
+        _plans(_Listed(times), 3, fast)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_changes_false_means_no_toggle_on_both_paths():
+    model = _Listed([[3.0], [3.0], [3.0]], changes=False)
+    fast, slow = _plans(model, 3, True), _plans(model, 3, False)
+    assert fast == slow
+    assert [p.available for p in fast] == [3, 3, 3, 3]
+    assert {j.status for p in fast for j in p.jobs} == {"completed"}
+
+
+class _NoValue(AvailabilitySection):
+    pass
+
+
+class _DictValue(AvailabilitySection):
+    def clock_value(self):
+        return {"on": 1}
+
+
+@pytest.mark.parametrize("section, message", [
+    (_NoValue, "system.availability: model 'broken': clock_value() failed: NotImplementedError"),
+    (_DictValue, "system.availability: model 'broken': clock_value() returned dict, not a "
+                 "fedsim.clock.availability.AvailabilityModel"),
+])
+def test_a_section_whose_clock_value_is_unusable_fails_at_validation(section, message):
+    fedsim.register_availability("broken", section)
+    try:
+        with pytest.raises(ScenarioError) as err:  # validation alone: no clock, no run
+            parse_scenario({"round": {"policy": "window", "window": 5.0},
+                            "system": {"availability": {"model": "broken"}}})
+        assert str(err.value) == message
+    finally:
+        AVAILABILITY.unregister("broken")
+
+
+@pytest.mark.parametrize("name", [["markov"], {"a": 1}, 3])
+def test_a_model_key_that_is_not_a_name(name):
+    with pytest.raises(ScenarioError) as err:
+        _schedule({"model": name})
+    assert str(err.value) == "system.availability.model: must be a model's name (diurnal, markov)"

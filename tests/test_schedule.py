@@ -79,6 +79,8 @@ def test_schedule_only_writes_the_trained_runs_clock_columns(case, tmp_path, wri
     statuses = {r[plan_head.index("status")] for r in plan}
     if case == "deadline_outages":
         assert {"offline", "completed"} <= statuses
+    if case == "async":  # the schedule's async weight is p_i: 1/12 for 12 equally weighted clients
+        assert {r[plan_head.index("weight")] for r in plan} == {repr(1 / 12)}
     if case in ("deadline_outages", "window_markov"):  # lost jobs carry weight 0 (issue 19 point 2)
         lost = [r for r in plan if r[plan_head.index("status")] != "completed"]
         assert lost and {r[plan_head.index("weight")] for r in lost} == {"0.0"}

@@ -29,8 +29,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from fedsim.errors import ScenarioError
+
 __all__ = ["AvailabilityModel", "Always", "Intervals", "AlwaysOnline", "OfflineIntervals", "ToggleArrays",
-           "ToggleStates", "TimelineStates", "cycle_times"]
+           "ToggleStates", "TimelineStates", "checked_timelines", "cycle_times"]
 
 INF = math.inf
 
@@ -42,7 +44,7 @@ class AvailabilityModel:
         raise NotImplementedError
 
     def states(self, m: int, seed: int) -> "ToggleArrays | None":
-        return TimelineStates(self.timelines(m, seed))
+        return TimelineStates(checked_timelines(self, m, seed))
 
     def time_scales(self) -> dict[str, float]:
         return {}
@@ -72,6 +74,39 @@ class Intervals(AvailabilityModel):
 
     def states(self, m: int, seed: int) -> "ToggleStates":
         return ToggleStates(self.timelines(m, seed))
+
+
+def checked_timelines(model: AvailabilityModel, m: int, seed: int) -> list:
+    """``model.timelines(m, seed)``, one per client (else ScenarioError), each checked as it is
+    walked: toggle times finite, > 0 and strictly increasing, none when ``changes`` is false."""
+    name = type(model).__name__
+    timelines = list(model.timelines(m, seed))
+    if len(timelines) != m:
+        raise ScenarioError(f"system.availability: {name}.timelines gave {len(timelines)} timelines for {m} clients")
+    return [_Checked(tl, c, name) for c, tl in enumerate(timelines)]
+
+
+class _Checked:
+    """A timeline whose toggles are checked as they are drawn (:func:`checked_timelines`)."""
+
+    def __init__(self, timeline, client: int, name: str):
+        self._tl, self._client, self._name = timeline, client, name
+        self.initial, self.changes = bool(timeline.initial), bool(timeline.changes)
+
+    def __getattr__(self, key):  # inner, wrap, period, repeat of fixed toggle lists
+        return getattr(self._tl, key)
+
+    def toggles(self) -> Iterator[float]:
+        if not self.changes:
+            return
+        prev = 0.0
+        for t in self._tl.toggles():
+            t = float(t)
+            if not (t > prev and math.isfinite(t)):
+                raise ScenarioError(f"system.availability: {self._name}: client {self._client}'s toggle at {t!r} "
+                                    f"follows {prev!r} (toggle times must be finite, > 0 and increasing)")
+            prev = t
+            yield t
 
 
 class AlwaysOnline:
@@ -116,7 +151,8 @@ class ToggleArrays:
     """Every client's availability as arrays: ``online[c]`` and ``next[c]`` (client c's next toggle
     time, inf when none). :meth:`advance` applies every toggle at or before t (an outage starting
     at t means offline at t); a subclass says in ``_toggled(idx)`` when the toggled clients toggle
-    next, and lists in ``PER_CLIENT`` its per-client arrays (so :meth:`peek` can copy them)."""
+    next, and lists in ``PER_CLIENT`` every per-client array: :meth:`peek` copies those for the
+    clients it looks at and shares the rest, so an array missing there would be written by it."""
 
     online: np.ndarray
     next: np.ndarray

@@ -11,7 +11,7 @@ import numpy as np
 from fedsim.errors import ScenarioError
 from fedsim.rng import stream
 
-from .availability import ToggleArrays, ToggleStates
+from .availability import ToggleArrays, ToggleStates, checked_timelines
 from .draws import SLOWDOWN_FLOOR, ConstantRate, PerClientDraws, whole_steps
 from .model import (
     Async, Deadline, Epochs, Flops, Overcommit, Population, RandInt, RoundRule, Speed, System, Traced, Uniform,
@@ -174,15 +174,19 @@ class Clock:
     def timelines(self) -> list:
         """Per-client availability timelines (built on first use: the vectorised path needs none)."""
         if self._timelines is None:
-            self._timelines = self.system.availability.timelines(self.num_clients, self.seed)
+            self._timelines = checked_timelines(self.system.availability, self.num_clients, self.seed)
         return self._timelines
 
     def availability_states(self) -> ToggleArrays | None:
         """Every client's availability as arrays for the vectorised paths (None: always online)."""
-        av = self.system.availability
+        av, m = self.system.availability, self.num_clients
         if isinstance(av, Traced):
             return ToggleStates(self.timelines)
-        return av.states(self.num_clients, self.seed)
+        states = av.states(m, self.seed)
+        if states is not None and not (np.shape(states.online) == np.shape(states.next) == (m,)):
+            raise ScenarioError(f"system.availability: {type(av).__name__}.states gave arrays of shapes "
+                                f"{np.shape(states.online)} and {np.shape(states.next)} for {m} clients")
+        return states
 
     @property
     def rates(self) -> list:

@@ -19,7 +19,7 @@ from ..report.results import format_value
 from ..limits import MAX_COMPARE_RUNS
 from ..scenario import Scenario, ScenarioError, apply_overrides, parse_scenario, set_dotted
 from ..scenario.loading import parse_value
-from ..validate import check_names, check_runnable
+from ..validate import check_names, check_ready
 
 __all__ = ["Cell", "CompareRun", "split_values", "parse_grid", "plan_compare"]
 
@@ -206,7 +206,7 @@ def plan_compare(
             sub["name"] = f"{base_name}/{cell.name}/seed{seed}"
             try:
                 sc = parse_scenario(sub, base_dir)
-                check_runnable(sc)
+                check_ready(sc)
             except ScenarioError as err:
                 raise ScenarioError(f"cell {cell.name}: {err}") from None
             runs.append(CompareRun(cell, int(seed), out / cell.name / f"seed{seed}", sc))

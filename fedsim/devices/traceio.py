@@ -96,11 +96,9 @@ def write_atomic(out: Path, comments: Iterable[str], rows: Iterable[str]) -> Non
     folder = out.parent if str(out.parent) else Path(".")
     tmp = folder / f".{out.name}.{secrets.token_hex(4)}.tmp"
     with _signals_raise() as received:
+        atomic = None
         try:
             atomic = AtomicFile(out, tmp, exclusive=True, text=True)
-        except OSError as err:
-            raise ScenarioError(f"--out {out}: cannot write in {folder} ({err.strerror})") from None
-        try:
             with atomic as f:
                 for c in comments:
                     f.write(f"# {c}\n")
@@ -114,4 +112,9 @@ def write_atomic(out: Path, comments: Iterable[str], rows: Iterable[str]) -> Non
                 if received:
                     raise SystemExit(128 + received[0])
         except OSError as err:
+            if atomic is None:
+                raise ScenarioError(f"--out {out}: cannot write in {folder} ({err.strerror})") from None
             raise ScenarioError(f"--out {out}: cannot write it ({err.strerror})") from None
+        except BaseException:  # also a signal while the file was being created, before `with` took it
+            tmp.unlink(missing_ok=True)
+            raise

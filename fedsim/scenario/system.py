@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from .base import _Boolean, _FieldError, _Frozen, _has_bool, registered
 from .pydantic_errors import nested_error
@@ -18,7 +18,7 @@ from .distributions import Constant, Dist, Exponential, LogNormal, RandInt, Unif
 
 Interval = tuple[float, float]
 #: ``system.availability``'s per-client offline intervals: one list of ``[start, end)`` per client.
-_INTERVALS = TypeAdapter(tuple[tuple[Interval, ...], ...])
+_INTERVALS = TypeAdapter(tuple[tuple[Interval, ...], ...], config=ConfigDict(allow_inf_nan=False))
 
 
 def availability_value(v: Any) -> Any:
@@ -27,17 +27,25 @@ def availability_value(v: Any) -> Any:
     from ..availability.section import AvailabilitySection
     from ..registries import AVAILABILITY
 
-    if isinstance(v, str) and v == "always" or isinstance(v, AvailabilitySection):
+    if isinstance(v, str) and v == "always":
         return v
+    if isinstance(v, AvailabilitySection):
+        return _with_clock_value(v)
     if isinstance(v, dict):
-        if "model" not in v:
-            raise _FieldError("system.availability.model", f"missing (which model? {', '.join(AVAILABILITY.names())})")
-        section = AVAILABILITY.get(registered(AVAILABILITY, v["model"]))
+        name = v.get("model")
+        if not isinstance(name, str):
+            known = ", ".join(AVAILABILITY.names())
+            raise _FieldError("system.availability.model", f"missing (which model? {known})" if name is None
+                              else f"must be a model's name ({known})")
+        section = AVAILABILITY.get(registered(AVAILABILITY, name))
+        if not (isinstance(section, type) and issubclass(section, AvailabilitySection)):
+            raise _FieldError("system.availability.model", f"{name!r} is registered as {section!r}, not a subclass of "
+                              "fedsim.availability.AvailabilitySection")
         try:
-            return section.model_validate(v)
+            return _with_clock_value(section.model_validate(v))
         except ValidationError as err:
             raise nested_error(err, "system.availability") from None
-    if isinstance(v, (list, tuple)) and not isinstance(v, str):
+    if isinstance(v, (list, tuple)):
         if _has_bool(v):
             raise _FieldError("system.availability", f"must not be true/false (got {_Boolean(v)!r})")
         try:
@@ -51,6 +59,22 @@ def availability_value(v: Any) -> Any:
         return intervals
     raise _FieldError("system.availability", "give always, one list of offline [start, end) intervals per "
                       "client, or {model: NAME, ...}")
+
+
+def _with_clock_value(section: Any) -> Any:
+    """``section`` once its ``clock_value()`` gave the clock a value it can use (an
+    :class:`~fedsim.clock.availability.AvailabilityModel`), so a broken plug-in fails here, one line."""
+    from ..clock.availability import AvailabilityModel
+
+    try:
+        value = section.clock_value()
+    except Exception as err:  # noqa: BLE001 -- a user's section: one line naming it
+        raise _FieldError("system.availability", f"model {section.model!r}: clock_value() failed: "
+                          f"{type(err).__name__}: {err}".rstrip(": ")) from None
+    if not isinstance(value, AvailabilityModel):
+        raise _FieldError("system.availability", f"model {section.model!r}: clock_value() returned "
+                          f"{type(value).__name__}, not a fedsim.clock.availability.AvailabilityModel")
+    return section
 
 
 PerClient = float | tuple[float, ...] | Dist
