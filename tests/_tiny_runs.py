@@ -3,6 +3,8 @@ milliseconds (exact gradients, checkpoints every 2 rounds), and the exit-2 contr
 
 from __future__ import annotations
 
+import time
+
 from fedsim.cli import main
 
 QUAD = {
@@ -16,11 +18,15 @@ QUAD = {
 }
 
 
-def exit_2(capsys, argv, *needles) -> str:
-    """``fedsim argv`` exits 2 with one line on stderr, no traceback, containing every needle."""
+def exit_2(capsys, argv, *needles, seconds: float | None = None, max_chars: int | None = None) -> str:
+    """``fedsim argv`` exits 2 with one line on stderr, no traceback, containing every needle
+    (and, when given, within ``seconds`` and shorter than ``max_chars``)."""
+    t = time.perf_counter()
     assert main(argv) == 2
+    assert seconds is None or time.perf_counter() - t < seconds
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert max_chars is None or len(err) < max_chars, err
     for n in needles:
         assert n in err, err
     return err

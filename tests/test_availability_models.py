@@ -140,6 +140,9 @@ def test_peek_leaves_the_state_unchanged():
 @pytest.mark.parametrize("availability, message", [
     ({"model": "sometimes"}, "system.availability.model: unknown availability model 'sometimes'; known: diurnal, "
                              "markov, staggered"),
+    # a scenario file names, never imports: a module path is just an unknown name
+    ({"model": "os:system"}, "system.availability.model: unknown availability model 'os:system'; known: diurnal, "
+                             "markov, staggered"),
     ({"on": 1.0}, "system.availability.model: missing (which model? diurnal, markov, staggered)"),
     ({"model": "staggered", "on": 0.0, "off": 1.0}, "system.availability.on: Input should be greater than 0"),
     ({"model": "staggered", "on": 1.0, "off": 1.0, "of": 2.0}, "system.availability.of: unknown key"),
