@@ -179,7 +179,7 @@ def _workload(fd, kind: str):
 def _spec(batch_size: int):
     import dataclasses
 
-    from fedsim.run.build import build_run
+    from fedsim.runner.build import build_run
     from fedsim.scenario import parse_scenario
 
     raw = dict(data=dict(name="digits", clients=4), model=dict(name="logreg"), round=dict(policy="window", window=5.0),

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from fedsim.engine.threads import default_threads
 from fedsim.engine.train import Task, batch_indices, train_cohort
-from fedsim.run.build import build_run
+from fedsim.runner.build import build_run
 from fedsim.scenario import parse_scenario
 
 WINDOW = dict(policy="window", window=5.0)

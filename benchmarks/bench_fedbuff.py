@@ -33,7 +33,7 @@ from _common import append, machine, run_script
 def child(policy: str, clients: int, concurrency: int, buffer: int, rounds: int, cohort: int) -> None:
     import torch
 
-    from fedsim.run.build import build_run
+    from fedsim.runner.build import build_run
     from fedsim.scenario import parse_scenario
 
     rnd = ({"policy": "async", "concurrency": concurrency, "buffer": buffer, "local_steps": 20}

@@ -2,7 +2,7 @@
 
 The scenario is ``scenarios/quickstart.yaml``'s ``fednova_window`` variant (FedProx's Synthetic(1,1),
 30 clients, logistic regression, log-normal speeds, 5 s windows, FedNova, evaluation every 2
-rounds) run for ``--rounds`` rounds through ``fedsim.run.run`` (the run folder included). The
+rounds) run for ``--rounds`` rounds through ``fedsim.runner.run`` (the run folder included). The
 wall time of the run (after imports) is split by wrapping, in this process only:
 
 * train -- ``train_cohort`` (local steps of the round's clients, minibatch indices, ||a_i||_1),
@@ -38,9 +38,9 @@ import torch
 
 def measure(rounds: int) -> dict:
     import fedsim.engine.run as R
-    import fedsim.run.clock as RC
+    import fedsim.runner.clock as RC
     import fedsim.report.tables as TB
-    from fedsim.run import run as run_scenario
+    from fedsim.runner import run as run_scenario
     from fedsim.scenario import expand_variants, load_scenario, read_yaml
 
     import fedsim.data  # noqa: F401  (imports are start-up, not per-run overhead: done before timing)

@@ -26,7 +26,7 @@ from _common import append, machine, run_script
 def child(clients: int, rounds: int, per_round: int) -> None:
     import torch
 
-    from fedsim.run import run as run_scenario
+    from fedsim.runner import run as run_scenario
     from fedsim.scenario import parse_scenario
 
     sc = parse_scenario({

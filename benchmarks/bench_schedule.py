@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         if a.simpy_rounds:  # the clock alone, in this process: per-round cost of the SimPy path
             import numpy as np
 
-            from fedsim.run.clock import build_clock
+            from fedsim.runner.clock import build_clock
             from fedsim.scenario import load_scenario
 
             sc = load_scenario(path, ["system.availability={model: markov, mean_online: 600, mean_offline: 60}"])

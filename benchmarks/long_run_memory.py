@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from fedsim.engine import run as engine_run
-from fedsim.run import run
+from fedsim.runner import run
 from fedsim.scenario import parse_scenario
 
 RESULTS = Path(__file__).resolve().parent / "results" / "long_run_memory.md"

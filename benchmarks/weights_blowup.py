@@ -24,7 +24,7 @@ import yaml  # noqa: E402
 from fedsim.cli import main  # noqa: E402
 from fedsim.clock.draws import select  # noqa: E402
 from fedsim.scenario import parse_scenario  # noqa: E402
-from fedsim.schedule import client_sizes_and_weights  # noqa: E402
+from fedsim.clock_only import client_sizes_and_weights  # noqa: E402
 
 
 def scenario(rounds: int) -> dict:

@@ -26,12 +26,12 @@ _LAZY = {  # name -> module: imported on first use, so `import fedsim` loads nei
     "load_scenario": "fedsim.scenario",
     "FederatedData": "fedsim.data.federated",
     "Result": "fedsim.api",
+    "run": "fedsim.api",
+    "schedule": "fedsim.api",
     **{f"register_{kind}": "fedsim.api" for kind in (
         "model", "dataset", "algorithm", "solver", "correction", "aggregation", "server_opt", "staleness",
         "availability")},
 }
-# Modules that are also the API's functions when called (fedsim/_callable.py): fedsim.run(...), fedsim.schedule(...)
-_CALLABLE_MODULES = {"run": "fedsim.run", "schedule": "fedsim.schedule"}
 
 
 def __getattr__(name):
@@ -39,6 +39,4 @@ def __getattr__(name):
 
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in _CALLABLE_MODULES:
-        return importlib.import_module(_CALLABLE_MODULES[name])
     raise AttributeError(f"module 'fedsim' has no attribute {name!r}")

@@ -78,7 +78,7 @@ def run(
     Raises:
         ScenarioError: Invalid scenario or piece (one line naming the field).
     """
-    from .run.execute import run as run_folder
+    from .runner.execute import run as run_folder
 
     sc = _scenario(scenario, overrides, plugins, model=model, data=data, algorithm=algorithm)
     with _folder(out) as folder:
@@ -104,7 +104,7 @@ def schedule(
     transfers by the model's size). ``rounds`` has the clock's columns (``round, sim_time,
     participants, tau_mean, tau_min, tau_max, available``), ``clients`` the per-client rows.
     """
-    from .schedule import run_schedule
+    from .clock_only import run_schedule
 
     sc = _scenario(scenario, overrides, plugins, model=model, data=data, algorithm=None)
     with _folder(out) as folder:

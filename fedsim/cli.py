@@ -82,7 +82,7 @@ def _check_compute_steps(sc) -> None:
     (the data are built for their input shape, the model on torch's meta device), so ``validate``
     refuses what the run would (:func:`fedsim.validate.check_compute_steps`)."""
     from .engine.workload import dataset_for
-    from .schedule import work_cost_for
+    from .clock_only import work_cost_for
     from .validate import check_compute_steps
 
     cost = work_cost_for(sc, dataset_for(sc))
@@ -103,7 +103,7 @@ def _cmd_run(args) -> int:
     sc, variants = _load_checked(args)  # a bad scenario fails here, before torch is imported
     if args.resume and args.out:
         raise UsageError("fedsim: --resume DIR names the run folder; give no --out with it")
-    from .run import default_out, run
+    from .runner import default_out, run
 
     base = Path(args.resume or args.out or default_out(sc))
     from .engine import distributed
@@ -116,12 +116,12 @@ def _cmd_run(args) -> int:
         distributed.init_from_env(resolve_device(sc.engine.device))
     main = distributed.is_main() and int(os.environ.get("RANK", "0")) == 0
     results = []
-    from .run.folder import variant_folder  # variant names as single path components (issue 12.4)
+    from .runner.folder import variant_folder  # variant names as single path components (issue 12.4)
     try:
         for vname, vsc in variants:
             out = variant_folder(base, vname) if vname else base
             if args.schedule_only:
-                from .schedule import run_schedule
+                from .clock_only import run_schedule
 
                 if main:
                     run_schedule(vsc, out, force=args.force, table_format=args.table_format or "csv")

@@ -16,9 +16,9 @@ import sys
 
 import torch
 
-import fedsim.run.checkpoint as checkpoint
+import fedsim.runner.checkpoint as checkpoint
 from fedsim.cli import main
-from fedsim.run.folder import Tables
+from fedsim.runner.folder import Tables
 
 
 def _die() -> None:

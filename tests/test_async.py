@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-import fedsim.run.execute as execute
+import fedsim.runner.execute as execute
 from fedsim.algorithms.asynchronous import Arrivals, NormState, async_apply, staleness_weight
 from fedsim.algorithms.algorithm import algorithm
 from fedsim.algorithms.server import RoundUpdate

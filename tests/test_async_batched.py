@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from fedsim.engine.async_run import PREFETCH_MIN
-from fedsim.run.build import build_run
+from fedsim.runner.build import build_run
 from fedsim.scenario import parse_scenario
 
 UPDATES = 10

@@ -54,7 +54,7 @@ def test_check_ranks_refuses_buffers_on_more_than_one_rank():
 
 
 def test_buffers_under_torchrun_are_refused_before_the_folder(tmp_path, monkeypatch):
-    from fedsim.run import build
+    from fedsim.runner import build
 
     # the world size build_run sees on rank 0 of two (the folder checks stay single-process)
     monkeypatch.setattr(build, "distributed", SimpleNamespace(world=lambda: (0, 2)))

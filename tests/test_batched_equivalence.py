@@ -165,7 +165,7 @@ def test_dropout_is_independent_per_client():
 
 
 def test_full_runs_same_model_for_any_clients_per_batch(tmp_path):
-    from fedsim.run import run
+    from fedsim.runner import run
     from fedsim.report.tables import load_run
 
     base = {

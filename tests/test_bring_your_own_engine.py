@@ -254,7 +254,7 @@ def test_bad_pieces_are_one_line_errors_naming_the_piece():
 
 # ---------------------------------------------------------------------------------- whole runs
 def _run(tmp_path, monkeypatch, name, **pieces):
-    from fedsim.run import run
+    from fedsim.runner import run
 
     out = tmp_path / name
     run(scenario(), out, progress=False, **pieces)

@@ -12,7 +12,7 @@ import pytest
 
 from fedsim.clock.keyed import keyed_uniform
 from fedsim.clock import STEP_GUARD, Clock, Job, Population, RoundPlan, whole_steps
-from fedsim.run.clock import build_clock
+from fedsim.runner.clock import build_clock
 from fedsim.rng import stream
 from fedsim.availability.markov import MarkovAvailability
 from fedsim.scenario import (

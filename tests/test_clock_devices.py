@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedsim.clock import Clock, Population, WorkCost
-from fedsim.run.clock import build_clock
+from fedsim.runner.clock import build_clock
 from fedsim.scenario import RoundConfig, ScenarioError, SystemConfig, parse_scenario
 
 COST = WorkCost(step_flops=1e9, model_bytes=1e6, upload_bytes=2e6)  # 8e6 bits down, 1.6e7 bits up

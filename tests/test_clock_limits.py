@@ -15,7 +15,7 @@ import yaml
 
 from fedsim.clock import MIN_SOJOURN, TraceError, load_trace, whole_steps
 from fedsim.clock.model import MAX_STEPS
-from fedsim.run.clock import build_clock
+from fedsim.runner.clock import build_clock
 from fedsim.scenario import ScenarioError, parse_scenario
 
 HEADER = "client,start,end,online,speed\n"

@@ -11,7 +11,7 @@ import pytest
 
 from fedsim.clock import Clock, Population
 from fedsim.availability.diurnal import Diurnal, DiurnalStates
-from fedsim.run.clock import build_clock
+from fedsim.runner.clock import build_clock
 from fedsim.scenario import ScenarioError, parse_scenario
 
 

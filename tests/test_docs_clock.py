@@ -66,7 +66,7 @@ def test_window_formula_as_stated(W, L, s):
     import itertools
     import math
 
-    from fedsim.run.clock import build_clock
+    from fedsim.runner.clock import build_clock
 
     sc = parse_scenario({"data": {"clients": 1}, "system": {"speed": s, "latency": L},
                          "round": {"policy": "window", "window": W}})

@@ -64,7 +64,7 @@ def test_batched_test_metrics_equal_a_per_sample_loop(monkeypatch, eval_batch):
 def test_dropout_is_off_in_evaluation():
     # VGG-11 has dropout in its classifier: evaluation through the simulation must be deterministic
     from fedsim.records import RoundRecord
-    from fedsim.run.build import build_run
+    from fedsim.runner.build import build_run
 
     sc = parse_scenario(
         {

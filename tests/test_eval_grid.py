@@ -137,7 +137,7 @@ def test_too_many_grid_times_are_refused(tmp_path, write_yaml, capsys, monkeypat
     assert capsys.readouterr().err.strip() == (
         "eval.every_seconds: 8 windows of 2 s hold more than 1,000,000 grid times; use a larger interval")
     # other policies: the run stops with one line when it reaches the bound; the rows written stay
-    import fedsim.run.evals as evals_module
+    import fedsim.runner.evals as evals_module
 
     monkeypatch.setattr(evals_module, "MAX_EVAL_ROWS", 3)
     out = tmp_path / "wait"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fedsim import load_run
-from fedsim.run import run
+from fedsim.runner import run
 from fedsim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,12 +9,12 @@ import pytest
 from fedsim.clock.plan import Job, RoundPlan
 from fedsim.records import ClientRecord, RoundRecord, RunSummary, columns
 from fedsim.report.tables import CLIENT_COLUMNS, TableWriter
-from fedsim.run.folder import table_columns
+from fedsim.runner.folder import table_columns
 
 ROUND_COLUMNS = table_columns(quadratic=False)["rounds.csv"]
 QUADRATIC_COLUMNS = table_columns(quadratic=True)["rounds.csv"]
-from fedsim.run.files import FolderError, safe_component
-from fedsim.run.loop import run_rounds
+from fedsim.runner.files import FolderError, safe_component
+from fedsim.runner.loop import run_rounds
 
 
 class ScriptedEngine:

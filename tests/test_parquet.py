@@ -9,7 +9,7 @@ import pytest
 
 from fedsim.report.parquet import ParquetTableWriter, cut_parts, read_table, table_path
 from fedsim.report.tables import CLIENT_COLUMNS, TableWriter
-from fedsim.run.folder import table_columns
+from fedsim.runner.folder import table_columns
 
 ROUND_COLUMNS = table_columns(quadratic=False)["rounds.csv"]
 

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-import fedsim.schedule
+import fedsim.clock_only
 from fedsim import load_compare, load_run
 from fedsim.cli import main
 from fedsim.report.parquet import ParquetTableWriter, part_rows
@@ -167,7 +167,7 @@ def test_schedule_only_parquet_equals_csv(tmp_path, monkeypatch, case):
     raw = {**SCHEDULE, "system": {**SCHEDULE["system"], **SCHEDULES[case]}}
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(raw))
-    monkeypatch.setattr(fedsim.schedule, "ParquetTableWriter", functools.partial(ParquetTableWriter, rows_per_part=7))
+    monkeypatch.setattr(fedsim.clock_only, "ParquetTableWriter", functools.partial(ParquetTableWriter, rows_per_part=7))
     assert main(["run", str(path), "--out", str(tmp_path / "csv"), "--schedule-only"]) == 0
     assert main(["run", str(path), "--out", str(tmp_path / "pq"), "--schedule-only", "--format", "parquet"]) == 0
     rows = part_rows(tmp_path / "pq" / "clients.parquet")

@@ -36,11 +36,14 @@ def test_the_examples_run(tmp_path, monkeypatch):
     assert not any(tmp_path.iterdir())  # out=None everywhere: nothing left behind
 
 
-@pytest.mark.parametrize("name", ["run", "schedule"])
-def test_run_and_schedule_are_callable_even_after_their_modules_are_imported(name):
+@pytest.mark.parametrize("name, module", [("run", "fedsim.runner"), ("schedule", "fedsim.clock_only")])
+def test_run_and_schedule_are_the_api_functions_and_no_module_shadows_them(name, module):
     import importlib
 
     import fedsim
+    import fedsim.api
 
-    importlib.import_module(f"fedsim.{name}")  # sets fedsim.<name> to the module
-    assert callable(getattr(fedsim, name))
+    importlib.import_module(module)  # the runner and the clock-only mode: packages of other names
+    assert getattr(fedsim, name) is getattr(fedsim.api, name)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"fedsim.{name}")

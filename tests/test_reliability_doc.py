@@ -43,7 +43,7 @@ def test_symlink_and_shared_folder_rules_match_the_code():
     from fedsim.devices import population
     from fedsim.engine import threads
     from fedsim.report import parquet
-    from fedsim.run import folder
+    from fedsim.runner import folder
 
     text = " ".join(DOC.read_text().split())
     for name in folder.FILES + (folder.LOCK,) + tuple(f"{t}/" for t in folder.TABLE_FOLDERS):

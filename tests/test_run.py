@@ -10,7 +10,7 @@ import torch
 from fedsim import load_run
 from fedsim.cli import main
 from fedsim.report.tables import CLIENT_COLUMNS
-from fedsim.run.folder import table_columns
+from fedsim.runner.folder import table_columns
 
 ROUND_COLUMNS = table_columns(quadratic=False)["rounds.csv"]
 

@@ -1,6 +1,6 @@
 """Clock-only mode (issue 5, item 5): ``fedsim run X.yaml --schedule-only``.
 
-The vectorised writer (``fedsim/schedule.py``: the clock's numpy tables, formatted column by
+The vectorised writer (``fedsim/clock_only.py``: the clock's numpy tables, formatted column by
 column) writes cell for cell what a trained run of the same scenario writes through the
 row-by-row ``TableWriter`` from its engine records, for every policy. Its speed (10,000 clients
 x 1,000 rounds) is a benchmark, not a test: ``benchmarks/bench_schedule.py``.
@@ -13,7 +13,7 @@ import pytest
 from fedsim.cli import main
 from fedsim.report.tables import CLIENT_COLUMNS
 from fedsim.scenario import parse_scenario
-from fedsim.schedule import SCHEDULE_ROUND_COLUMNS
+from fedsim.clock_only import SCHEDULE_ROUND_COLUMNS
 
 BASE = {
     "name": "sched", "seed": 5, "rounds": 6,

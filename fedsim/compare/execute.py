@@ -47,7 +47,7 @@ def run_one(scenario_text: str, folder: str, table_format: str = "csv") -> dict:
     engine's rule in every worker (fedsim.engine.threads), so --jobs changes no result; parallel
     workers on the same cores take turns at each round's compute.
     """
-    from ..run import run
+    from ..runner import run
 
     sc = parse_scenario(yaml.safe_load(scenario_text))
     stored = Path(folder) / "scenario.yaml"
@@ -236,6 +236,6 @@ def _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, g
             for r in runs
         ],
     }
-    from ..run.files import write_atomic
+    from ..runner.files import write_atomic
 
     write_atomic(out / MANIFEST, yaml.safe_dump(manifest, sort_keys=False).encode())

@@ -8,7 +8,7 @@ rank trains its share with :func:`fedsim.engine.train.train_cohort` and the per-
 (deltas, v_hat, ||a_i||_1) are combined with ``all_gather`` (gloo on CPU, NCCL on GPU), so
 every rank holds the whole cohort's results in task order and runs the identical server update.
 Evaluation batches are shared the same way (:mod:`fedsim.engine.evaluate`). Rank 0
-writes the run folder; the other ranks write nothing (:mod:`fedsim.run`).
+writes the run folder; the other ranks write nothing (:mod:`fedsim.runner`).
 
 Results match a single process: the same clients do the same steps from the same model with the
 same minibatches, and the server sees the same rows in the same order (float64 runs are
@@ -17,7 +17,7 @@ depend on the split either).
 
 Across nodes use torchrun's usual flags (``--nnodes``, ``--node_rank``, ``--rdzv-endpoint``); rank
 0's node holds the run folder. ``--resume`` reads the checkpoint on rank 0 and broadcasts it
-(:func:`fedsim.run.ranks.agree`).
+(:func:`fedsim.runner.ranks.agree`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each stage is a function of explicit values; :class:`SyncEngine` holds only the state a run
 carries between rounds (what a checkpoint holds). The round loop is the runner's
-(:mod:`fedsim.run.loop`).
+(:mod:`fedsim.runner.loop`).
 """
 
 from __future__ import annotations

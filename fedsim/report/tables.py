@@ -21,7 +21,7 @@ from ..records import ClientRecord, columns
 
 __all__ = ["CLIENT_COLUMNS", "TableWriter", "load_run", "Run", "fmt"]
 
-CLIENT_COLUMNS = columns(ClientRecord)  # rounds.csv's: fedsim.run.folder.table_columns
+CLIENT_COLUMNS = columns(ClientRecord)  # rounds.csv's: fedsim.runner.folder.table_columns
 
 
 def fmt(v) -> str:

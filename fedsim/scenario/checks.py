@@ -31,7 +31,7 @@ def check_scenario(sc) -> None:
     """Raise :class:`~.base._FieldError` naming the first key that breaks a cross-field rule."""
     r = sc.round
     # m: the number of clients; infinite while the data decide it (checked again with their count
-    # once built, fedsim.run.build.adopt_clients)
+    # once built, fedsim.runner.build.adopt_clients)
     m = math.inf if sc.data.clients_from_data else sc.data.num_clients
     if r.clients_per_round is not None and r.clients_per_round > m:
         raise _FieldError("round.clients_per_round", f"must be <= data.clients ({m})")

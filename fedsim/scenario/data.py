@@ -77,7 +77,7 @@ class DataConfig(_Frozen):
     def clients_from_data(self) -> bool:
         """True when the data decide the number of clients (``clients`` unset and ``name`` is not one
         of the datasets with a default count, e.g. FEMNIST's writers): the runner builds the data
-        first and the scenario takes their count (:func:`fedsim.run.build.adopt_clients`)."""
+        first and the scenario takes their count (:func:`fedsim.runner.build.adopt_clients`)."""
         return self.clients is None and self.centers is None and self.name not in DEFAULT_CLIENTS
 
     @property

@@ -20,7 +20,7 @@ class EvalConfig(_Frozen):
     every: int = Field(1, ge=1)
     train_loss: bool = True
     clients: int | None = Field(None, ge=1)
-    #: evaluate the model standing at simulated times S, 2S, ... into evals.csv (fedsim.run.evals)
+    #: evaluate the model standing at simulated times S, 2S, ... into evals.csv (fedsim.runner.evals)
     every_seconds: float | None = Field(None, gt=0, le=1e9)
 
 

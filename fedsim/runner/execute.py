@@ -2,7 +2,7 @@
 
 Order: check the folder (read only) -> build workload, engine and clock -> lock the folder and
 prepare it (or cut it back to its checkpoint for ``--resume``) -> the round loop
-(:func:`fedsim.run.loop.run_rounds`) writing rows and checkpoints -> ``model.pt``. Under torchrun
+(:func:`fedsim.runner.loop.run_rounds`) writing rows and checkpoints -> ``model.pt``. Under torchrun
 every rank builds and runs the same; only rank 0 touches the folder.
 """
 
@@ -38,14 +38,14 @@ def run(
 
     With ``resume`` the run continues from the folder's last checkpoint (or from the start when
     there is none); rows written after that checkpoint are cut back first. A folder that is not
-    this run's to write is refused (:class:`~fedsim.run.files.FolderError`, exit 2) before
+    this run's to write is refused (:class:`~fedsim.runner.files.FolderError`, exit 2) before
     anything is built, and one another run holds before anything is written.
 
-    ``table_format``: ``csv`` (default) or ``parquet`` (:class:`fedsim.run.folder.Tables`); a
+    ``table_format``: ``csv`` (default) or ``parquet`` (:class:`fedsim.runner.folder.Tables`); a
     resumed run keeps its folder's format and refuses another one.
 
     ``model``, ``data``, ``loss``: Python objects replacing the scenario's named pieces
-    (:func:`fedsim.run.build.build_run`; the public form is :func:`fedsim.run`).
+    (:func:`fedsim.runner.build.build_run`; the public form is :func:`fedsim.run`).
     """
     sc, data = adopt_clients(sc, data)  # natural partitions: the data decide data.clients
     out = Path(out) if out is not None else default_out(sc)
@@ -92,7 +92,7 @@ def run(
                 save_checkpoint(out, next_round, tables.synced_sizes(), engine.state_dict())
 
         grid = None
-        if sc.eval.every_seconds is not None:  # evals.csv (fedsim.run.evals)
+        if sc.eval.every_seconds is not None:  # evals.csv (fedsim.runner.evals)
             grid = EvalGrid(sc.eval.every_seconds, out / "evals.csv" if main else None)
         last = run_rounds(
             engine, built.clock.plans(), start=start, rounds=sc.rounds, eval_every=sc.eval.every,

@@ -9,7 +9,7 @@ by (seed, purpose, client, round), so no generator positions exist to save). Res
 the tables to the recorded lengths, so rows written after the checkpoint are cut back and the
 continuation is byte-identical.
 
-Written with :func:`fedsim.run.files.write_atomic`; read with ``torch.load(...,
+Written with :func:`fedsim.runner.files.write_atomic`; read with ``torch.load(...,
 weights_only=True)``, and a file that is not a fedsim checkpoint is refused with one line.
 """
 

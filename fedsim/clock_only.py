@@ -1,4 +1,5 @@
-"""Clock-only mode (``fedsim run X.yaml --schedule-only``): the system trace without training.
+"""Clock-only mode (``fedsim run X.yaml --schedule-only``, :func:`fedsim.schedule`): the system
+trace without training.
 
 Writes ``clients.csv`` (same columns as a full run; ``a_norm`` empty) and ``rounds.csv`` with the
 clock's columns (``round, sim_time, participants, tau_mean, tau_min, tau_max, available``:
@@ -16,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ._callable import make_callable
 from .clock import STATUSES, RoundTable
 from .clock.model import Async
 from .clock.plan import aggregation_weights
@@ -24,11 +24,9 @@ from .data.federated import FederatedData
 from .data.quadratic import QuadraticProblem
 from .report.parquet import ParquetTableWriter, table_path
 from .report.tables import CLIENT_COLUMNS, fmt
-from .run.clock import build_clock
-from .run.folder import locked, prepare_folder
+from .runner.clock import build_clock
+from .runner.folder import locked, prepare_folder
 from .scenario import Scenario
-
-make_callable(__name__, "fedsim.api:schedule")  # fedsim.schedule(scenario, ...): docs/python-api.md
 
 __all__ = ["run_schedule", "client_sizes_and_weights", "round_row", "round_line", "client_lines"]
 
@@ -67,7 +65,7 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
     rows as Parquet parts (:func:`_write_parquet`). ``data``, ``model``: Python objects replacing
     the scenario's named pieces (:func:`fedsim.schedule`).
     """
-    from .run.build import adopt_clients
+    from .runner.build import adopt_clients
 
     out = Path(out)
     sc, ds = adopt_clients(sc, data)

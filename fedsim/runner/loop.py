@@ -37,7 +37,7 @@ def run_rounds(
     each round's compute (training and evaluation): the engine's fair share of the cores
     (:func:`fedsim.engine.threads.hold_cores`), which only waits and changes no result.
 
-    ``grid`` (:class:`fedsim.run.evals.EvalGrid`, ``eval.every_seconds``): before each round the
+    ``grid`` (:class:`fedsim.runner.evals.EvalGrid`, ``eval.every_seconds``): before each round the
     model standing until its close is evaluated at the grid times before that close, and after the
     last finite round at the grid times up to its close. It reads the model only.
     """

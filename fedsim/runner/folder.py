@@ -1,7 +1,7 @@
 """The run folder (``--out``): checks, lock, preparation, resume, tables and the small files.
 
 Every check here only reads; nothing is written before the run's workload and clock are built
-(:mod:`fedsim.run.build`), so a scenario that fails to build leaves the folder as it was.
+(:mod:`fedsim.runner.build`), so a scenario that fails to build leaves the folder as it was.
 Which folders are accepted:
 
 - a new or empty folder (a left-over lock file and fedsim's ``*.tmp`` files count as empty);
@@ -214,7 +214,7 @@ def open_for_resume(
     than this version writes; a ``rounds.csv`` whose row count there is not the checkpoint's
     round (Parquet: fewer parts than recorded, a gap in their numbers, other columns, or another
     row count of rounds in those parts); a checkpoint that is not a fedsim checkpoint
-    (:func:`fedsim.run.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
+    (:func:`fedsim.runner.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
     than ``params`` (the model's names).
     """
     check_folder(sc, out, resume=True)
