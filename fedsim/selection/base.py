@@ -1,0 +1,228 @@
+"""What a client selector is, and what it may see (the information boundary).
+
+A selector decides whom the server asks to train. It sees what a real server knows and nothing
+else:
+
+* at a pick (:class:`Request`): the clients that checked in online (and are not busy with a job
+  already), the population size, each client's data weight p_i, the pick's key and time;
+* after each server update (:class:`Observations`): the jobs the update reported, each with its
+  outcome, the durations the server observed (download, compute, upload of the jobs whose update
+  arrived; downloads of jobs that got that far) and what the client reported with its update (its
+  mean training loss over the job's local batches, the sum of its squared per-sample losses and
+  the number of samples, as Oort's statistical utility needs).
+
+It never sees a device's speed, a trace, a draw of the clock or anything of the future: the clock
+builds both values from the rows it already handed to the engine, and the runner adds the losses
+the engine computed.
+
+A selection rule is a frozen value with explicit state, optax style::
+
+    state = rule.init(num_clients, p, seed)
+    state, picked = rule.select(state, request)
+    state = rule.observe(state, observations)
+
+Every random number a rule draws must come from keyed streams (``fedsim.rng.stream(seed, purpose,
+key)``), so a rule is a deterministic function of its inputs: a resumed run replays the logged
+observations into a fresh state and picks the same clients (the checkpoint keeps the log, not the
+state). Rules that never read observations (``uses_feedback = False``) log nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+
+__all__ = ["Request", "Picked", "Observations", "SelectionRule", "normalized_weights", "check_picked"]
+
+
+@dataclass(frozen=True, eq=False)
+class Request:
+    """One pick: the server asks for ``k`` clients among those online now.
+
+    Attributes:
+        key: sync: the round index; async: the sequence number of the first job the pick starts
+            (the key of ``stream(seed, "select", key)``).
+        time: the server's time of the pick (the round's open; async: the instant slots freed).
+        k: how many clients to pick (sync: ``clients_per_round``, or the over-committed count;
+            async: the free slots); None: everybody online (full participation).
+        num_clients: m, the population size (client ids are 0 .. m - 1).
+        p: every client's data weight p_i (float64, sums to 1), public to the server.
+        is_async: whether the pick fills async slots (then the weights of :class:`Picked` are
+            not used: an async job is weighted p_i) or opens a synchronous round.
+        checkin: async populations of at least ``fedsim.clock.checkin.CHECKIN_MIN_CLIENTS``:
+            the clock's keyed check-in draws (``uniform`` uses them; listing the candidates costs
+            O(population)).
+    """
+
+    key: int
+    time: float
+    k: int | None
+    num_clients: int
+    p: np.ndarray
+    is_async: bool = False
+    checkin: bool = False
+    _online: Callable[[], np.ndarray] = field(default=None, repr=False)
+    _is_online: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
+
+    def online(self) -> np.ndarray:
+        """The candidates: clients online at the pick and not busy, sorted (int64). Computed on
+        first call (it may cost O(population))."""
+        cached = self.__dict__.get("_cache")
+        if cached is None:
+            cached = np.asarray(self._online(), dtype=np.int64)
+            object.__setattr__(self, "_cache", cached)
+        return cached
+
+    def is_online(self, clients: np.ndarray) -> np.ndarray:
+        """Whether each of ``clients`` is a candidate (a bool per entry; entries may repeat)."""
+        if self._is_online is not None:
+            return np.asarray(self._is_online(np.asarray(clients, dtype=np.int64)), dtype=bool)
+        return np.isin(clients, self.online())
+
+
+@dataclass(frozen=True, eq=False)
+class Picked:
+    """The clients a rule picked.
+
+    Attributes:
+        clients: sorted, distinct client ids among ``Request.online()`` (int64).
+        counts: how many times each was drawn (sampling with replacement: one job, count k);
+            ones otherwise.
+        weights: the raw aggregation weights of the picked clients (float64; sync only: the
+            engine redistributes the weights of those that do not report over those that do,
+            docs/algorithms.md). :func:`normalized_weights` is the usual choice.
+    """
+
+    clients: np.ndarray
+    counts: np.ndarray
+    weights: np.ndarray
+
+    @classmethod
+    def of(cls, clients: np.ndarray, p: np.ndarray) -> "Picked":
+        """``clients`` (sorted) with count 1 and :func:`normalized_weights`."""
+        clients = np.asarray(clients, dtype=np.int64)
+        return cls(clients, np.ones(len(clients), dtype=np.int64), normalized_weights(p, clients))
+
+
+def normalized_weights(p: np.ndarray, clients: np.ndarray) -> np.ndarray:
+    """p_i / sum of p_j over ``clients`` (1 / q each when those p_i sum to 0)."""
+    pc = np.asarray(p, dtype=np.float64)[clients]
+    total = float(pc.sum())
+    return pc / total if total > 0 else np.full(len(clients), 1.0 / max(len(clients), 1))
+
+
+@dataclass(frozen=True, eq=False)
+class Observations:
+    """What the server learned at one server update (one round plan), one entry per job it
+    reported (offline rows, which no job was asked of, are not included).
+
+    Attributes:
+        round: the plan's index (sync: round; async: server update).
+        time: when the server learned it (the plan's close).
+        client: the jobs' clients (int64).
+        key: the jobs' keys (sync: the round; async: the job's sequence number).
+        status: ``completed`` | ``dropped`` | ``failed`` per job (str array).
+        steps: local steps in the update that reached the server (0 unless completed).
+        download: seconds the model download took; NaN where it did not finish.
+        compute: seconds from the end of the download to the start of the upload (local work,
+            and any outage the job sat out); NaN unless the update arrived.
+        upload: seconds the upload took; NaN unless the update arrived.
+        loss: the mean training loss over the job's local batches as the client reported it; NaN
+            unless the update arrived and was trained (``--schedule-only`` trains nothing).
+        loss_sq: the sum over the job's local samples of the squared per-sample training loss
+            (Oort's statistical utility); NaN likewise.
+        samples: how many samples the job's local steps processed (steps x batch size).
+    """
+
+    round: int
+    time: float
+    client: np.ndarray
+    key: np.ndarray
+    status: np.ndarray
+    steps: np.ndarray
+    download: np.ndarray
+    compute: np.ndarray
+    upload: np.ndarray
+    loss: np.ndarray
+    loss_sq: np.ndarray
+    samples: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.client)
+
+    @property
+    def completed(self) -> np.ndarray:
+        """Bool mask of the jobs whose update arrived."""
+        return self.status == "completed"
+
+    @property
+    def duration(self) -> np.ndarray:
+        """download + compute + upload (NaN unless the update arrived)."""
+        return self.download + self.compute + self.upload
+
+
+class SelectionRule:
+    """Base of selection rules (see the module docstring). Subclass it as a frozen dataclass.
+
+    Class attributes:
+        uses_feedback: the rule reads :class:`Observations` (the runner logs them for resume).
+        uses_losses: it reads the reported losses, so it cannot run without training
+            (``--schedule-only`` refuses it in one line).
+        sync_only: it picks synchronous rounds only (``round.policy: async`` refuses it).
+    """
+
+    uses_feedback: ClassVar[bool] = False
+    uses_losses: ClassVar[bool] = False
+    sync_only: ClassVar[bool] = False
+
+    def init(self, num_clients: int, p: np.ndarray, seed: int) -> Any:
+        """The rule's state before the first pick (default: the seed, nothing else)."""
+        return seed
+
+    def select(self, state: Any, request: Request) -> tuple[Any, Picked]:
+        raise NotImplementedError
+
+    def observe(self, state: Any, obs: Observations) -> Any:
+        """The state after the server learned ``obs`` (default: unchanged)."""
+        return state
+
+
+def check_picked(picked: Any, request: Request, name: str) -> Picked:
+    """``picked`` if it is a valid answer to ``request``, else ``ValueError`` (one line naming the
+    rule): distinct sorted integer ids among the candidates, exactly min(k, candidates) of them
+    (every candidate when k is None), counts >= 1, finite weights >= 0, one of each per client."""
+    where = f"selection {name!r}"
+    if not isinstance(picked, Picked):
+        raise ValueError(f"{where}: select() must return (state, Picked), got {type(picked).__name__}")
+    c = np.asarray(picked.clients)
+    if c.ndim != 1 or (c.size and not np.issubdtype(c.dtype, np.integer)):
+        raise ValueError(f"{where}: clients must be a 1-d array of integer ids, got dtype {c.dtype} shape {c.shape}")
+    c = c.astype(np.int64)
+    if c.size and (c.min() < 0 or c.max() >= request.num_clients):
+        bad = int(c[(c < 0) | (c >= request.num_clients)][0])
+        raise ValueError(f"{where}: client {bad} is out of range (0 .. {request.num_clients - 1})")
+    if np.any(np.diff(c) <= 0):
+        dup = np.diff(c) == 0
+        if dup.any():
+            raise ValueError(f"{where}: client {int(c[1:][dup][0])} picked twice")
+        raise ValueError(f"{where}: clients must be sorted")
+    if c.size and not request.is_online(c).all():
+        off = int(c[~request.is_online(c)][0])
+        raise ValueError(f"{where}: client {off} is not online (or is busy) at the pick")
+    if request.k is not None and len(c) > request.k:
+        raise ValueError(f"{where}: picked {len(c)} clients, more than the {request.k} asked for")
+    if request.k is None or len(c) < request.k:  # fewer than asked: only if the candidates ran out
+        want = len(request.online()) if request.k is None else min(request.k, len(request.online()))
+        if len(c) != want:
+            raise ValueError(f"{where}: picked {len(c)} clients; {want} were asked for and online")
+    counts = np.asarray(picked.counts)
+    weights = np.asarray(picked.weights, dtype=np.float64)
+    if counts.shape != c.shape or weights.shape != c.shape:
+        raise ValueError(f"{where}: counts and weights need one entry per picked client ({len(c)})")
+    if counts.size and (not np.issubdtype(counts.dtype, np.integer) or counts.min() < 1):
+        raise ValueError(f"{where}: counts must be integers >= 1")
+    if weights.size and not (np.isfinite(weights).all() and weights.min() >= 0):
+        raise ValueError(f"{where}: weights must be finite and >= 0")
+    return Picked(c, counts.astype(np.int64), weights)
