@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 from .clock import STATUSES, RoundTable
-from .clock.model import Async
 from .clock.plan import aggregation_weights
 from .data.federated import FederatedData
 from .data.quadratic import QuadraticProblem
@@ -85,7 +84,7 @@ def _tables(clock, rounds: int):
     synchronous rounds aggregate w_i (:func:`fedsim.clock.plan.aggregation_weights`: 0 for
     failed, dropped and offline rows, the rest redistributed); async rows keep the sampling
     weight p_i (a trained run writes the algorithm's staleness-dependent coefficient there)."""
-    sync = not isinstance(clock.rule.policy, Async)
+    sync = not clock.rule.policy.is_async
     for table in islice(clock.tables(), rounds):
         if sync and len(table):
             c = table.columns

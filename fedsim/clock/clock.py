@@ -13,16 +13,10 @@ from fedsim.rng import stream
 
 from .availability import ToggleArrays, ToggleStates, checked_timelines
 from .draws import SLOWDOWN_FLOOR, ConstantRate, PerClientDraws, whole_steps
-from .model import (
-    Async, Deadline, Epochs, Flops, Overcommit, Population, RandInt, RoundRule, Speed, System, Traced, Uniform,
-    Wait, Window, WorkCost,
-)
+from .model import Epochs, Flops, Population, RandInt, RoundRule, Speed, System, Traced, Uniform, WorkCost
 from .plan import RoundPlan, RoundTable
 from .sim import Simulation
 from .trace import TraceError, TraceRate, TraceTimeline, load_trace
-from .vectorised import window_tables
-from .vectorised_wait import prescribed_tables
-from .heap import async_tables
 from .checkin import CHECKIN_MIN_CLIENTS
 
 __all__ = ["Clock", "MIN_SOJOURN"]
@@ -41,8 +35,9 @@ class Clock:
         seed: scenario seed; every draw is ``stream(seed, purpose, *keys)``.
         cost: FLOPs of one local step and bytes transferred (needed by ``Flops`` compute and by a
             ``Network``).
-        fast: use the vectorised path (window, wait, deadline, overcommit) or the heap path
-            (async) rather than the SimPy simulation (None: whenever it applies, see :attr:`fast`).
+        fast: use the policy's fast path (vectorised for window, wait, deadline, overcommit; the
+            heap for async) rather than the SimPy simulation (None: whenever it applies, i.e.
+            with ``trace_semantics: fedsim``).
         checkin: async: pick clients by keyed check-in draws (:mod:`fedsim.clock.checkin`);
             None: for populations of at least ``CHECKIN_MIN_CLIENTS``.
 
@@ -105,11 +100,9 @@ class Clock:
         self._check_event_rate()
         self._check_transfers(trace)
         self.checkin = m >= CHECKIN_MIN_CLIENTS if checkin is None else bool(checkin)
-        eligible = isinstance(rule.policy, (Window, Wait, Deadline, Overcommit, Async)) and self.sessions is None
+        eligible = self.sessions is None
         if fast and self.sessions is not None:
             raise ValueError("the vectorised path needs trace_semantics fedsim")
-        if fast and not eligible:
-            raise ValueError("no vectorised path for this policy")
         self.fast = eligible if fast is None else bool(fast)
 
     def _bandwidths(self, trace, cost: WorkCost | None) -> tuple | None:
@@ -131,10 +124,10 @@ class Clock:
     def _check_transfers(self, trace) -> None:
         """Refuse a network (or device trace) with which no client could ever fit its download and
         upload into a window or deadline: every job would be dropped."""
-        policy = self.rule.policy
-        if self._net is None or not isinstance(policy, (Window, Deadline)):
+        span = self.rule.policy.span()
+        if self._net is None or span is None:
             return
-        length, key = (policy.window, "round.window") if isinstance(policy, Window) else (policy.deadline, "round.deadline")
+        length, key = span
         down, down_bits, up, up_bits = self._net
         fastest = 2 * self.latency + down_bits / _highest(down) + up_bits / _highest(up)
         if fastest >= length:
@@ -200,11 +193,9 @@ class Clock:
         quickest job (download + one step or the least prescribed work + upload). Speeds or
         bandwidths drawn from a distribution count at its largest value (unbounded: no time), so
         a million clients need no draws here; only when that bound is 0 are the draws taken."""
-        policy = self.rule.policy
-        if isinstance(policy, Window):
-            return float(policy.window)
-        if isinstance(policy, Deadline):
-            return float(policy.deadline)
+        span = self.rule.policy.span()
+        if span is not None:
+            return span[0]
         work = self.rule.work
         low = 1 if work is None else max(int(getattr(work.dist, "low", getattr(work.dist, "value", 1))), 1)
         if isinstance(work, Epochs):
@@ -321,12 +312,8 @@ class Clock:
             yield sim.next_plan()
 
     def _vectorised(self) -> Iterator[RoundTable]:
-        """The vectorised path of the policy (:mod:`.vectorised`, :mod:`.vectorised_wait`)."""
-        if isinstance(self.rule.policy, Window):
-            return window_tables(self)
-        if isinstance(self.rule.policy, Async):
-            return async_tables(self)
-        return prescribed_tables(self)
+        """The vectorised path of the policy (:mod:`.vectorised`, :mod:`.vectorised_wait`, :mod:`.heap`)."""
+        return self.rule.policy.tables(self)
 
     def tables(self) -> Iterator[RoundTable]:
         """The same schedule as :meth:`plans`, as numpy columns (fast for clock-only runs)."""

@@ -14,7 +14,8 @@ takes only these. Sum types are unions of small dataclasses, read with ``isinsta
 * availability: an :class:`~fedsim.clock.availability.AvailabilityModel` (:class:`Always`,
   :class:`Intervals`, or a model of :mod:`fedsim.availability` such as Markov) | :class:`Traced`;
 * round policy: :class:`Window` | :class:`Wait` | :class:`Deadline` | :class:`Overcommit` |
-  :class:`Async`;
+  :class:`Async`, each a :class:`Policy` that answers the clock's questions about itself (when a
+  round opens and closes, when the server gives up, how many clients it asks for, its fast path);
 * prescribed work: :class:`Steps` | :class:`Epochs` | None.
 """
 
@@ -24,7 +25,7 @@ from .. import limits
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import ClassVar, Literal, Union
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from .availability import Always, AvailabilityModel, Intervals
 __all__ = [
     "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
     "Speed", "Flops", "Network", "Traced", "Always", "Intervals", "System",
-    "Window", "Wait", "Deadline", "Overcommit", "Async", "overcommit_size", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
+    "Policy", "Window", "Wait", "Deadline", "Overcommit", "Async", "overcommit_size", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
     "MAX_TIME", "MAX_SPEED", "MAX_STEPS", "MAX_EPOCHS",
 ]
 
@@ -152,32 +153,104 @@ class System:
 
 
 # --------------------------------------------------------------------------- rounds
+INF = math.inf
+
+
+class Policy:
+    """Base of the round policies: each answers the clock's questions about itself, so the clock's
+    paths never test which policy they run.
+
+    Class attributes:
+        is_async: one server update per ``buffer`` arrivals with jobs always in flight
+            (:class:`Async`) rather than synchronous rounds.
+        keeps_first: the round closes at the K-th upload (:class:`Overcommit`).
+        waits_for_online: a round that found nobody online closes when the first client comes
+            online (else at its fixed close).
+    """
+
+    is_async: ClassVar[bool] = False
+    keeps_first: ClassVar[bool] = False
+
+    def open_at(self, r: int, last_close: float) -> float:
+        """When round ``r`` opens, the previous one having closed at ``last_close``."""
+        return last_close
+
+    def fixed_close(self, r: int) -> float | None:
+        """Round ``r``'s close when it is fixed in advance (a window), else None."""
+        return None
+
+    def give_up(self, t_open: float, fixed_close: float | None) -> float:
+        """When the server stops waiting for round jobs opened at ``t_open``."""
+        return INF
+
+    def request_size(self, k: int | None) -> int | None:
+        """How many clients the server asks for when it wants ``k`` updates."""
+        return k
+
+    def span(self) -> tuple[float, str] | None:
+        """(seconds, scenario key) of a round's fixed length or deadline; None without one."""
+        return None
+
+    def tables(self, clock):
+        """The vectorised path's iterator of :class:`~fedsim.clock.plan.RoundTable` for ``clock``."""
+        from .vectorised_wait import prescribed_tables
+
+        return prescribed_tables(clock)
+
+
 @dataclass(frozen=True)
-class Window:
-    """Rounds of fixed length ``window`` seconds."""
+class Window(Policy):
+    """Rounds of fixed length ``window`` seconds: round r spans [r W, (r + 1) W]."""
 
     window: float
 
+    def open_at(self, r: int, last_close: float) -> float:
+        return r * self.window
+
+    def fixed_close(self, r: int) -> float:
+        return (r + 1) * self.window
+
+    def give_up(self, t_open: float, fixed_close: float | None) -> float:
+        return fixed_close
+
+    def span(self) -> tuple[float, str]:
+        return float(self.window), "round.window"
+
+    def tables(self, clock):
+        from .vectorised import window_tables
+
+        return window_tables(clock)
+
 
 @dataclass(frozen=True)
-class Wait:
+class Wait(Policy):
     """Prescribed work; the round ends when the last surviving client has uploaded."""
 
 
 @dataclass(frozen=True)
-class Deadline:
+class Deadline(Policy):
     """Prescribed work; jobs not done ``deadline`` seconds after the open are dropped."""
 
     deadline: float
 
+    def give_up(self, t_open: float, fixed_close: float | None) -> float:
+        return t_open + self.deadline
+
+    def span(self) -> tuple[float, str]:
+        return float(self.deadline), "round.deadline"
+
 
 @dataclass(frozen=True)
-class Overcommit:
+class Overcommit(Policy):
     """FedScale's over-commitment: prescribed work; select ``overcommit_size(factor, K)`` clients,
     aggregate the first K uploads (K = ``RoundRule.clients_per_round``), drop the rest; the round
     ends at the K-th upload (with fewer than K uploads, as :class:`Wait`)."""
 
     factor: float
+    keeps_first: ClassVar[bool] = True
+
+    def request_size(self, k: int | None) -> int | None:
+        return overcommit_size(self.factor, k)
 
 
 def overcommit_size(factor: float, k: int) -> int:
@@ -189,11 +262,17 @@ def overcommit_size(factor: float, k: int) -> int:
 
 
 @dataclass(frozen=True)
-class Async:
+class Async(Policy):
     """FedBuff-style: ``concurrency`` jobs in flight, one server update every ``buffer`` arrivals."""
 
     concurrency: int
     buffer: int = 1
+    is_async: ClassVar[bool] = True
+
+    def tables(self, clock):
+        from .heap import async_tables
+
+        return async_tables(clock)
 
 
 @dataclass(frozen=True)
@@ -215,7 +294,7 @@ class Epochs:
 class RoundRule:
     """Round policy, prescribed work (None: only the window limits it), step cap and selection."""
 
-    policy: Union[Window, Wait, Deadline, Overcommit, Async]
+    policy: Policy
     work: Union[Steps, Epochs, None] = None
     max_local_steps: int | None = None
     clients_per_round: int | None = None

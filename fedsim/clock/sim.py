@@ -34,7 +34,6 @@ from simpy.core import NORMAL
 
 from .checkin import checkin_pick, permutation_pick
 from .draws import select
-from .model import Async, Deadline, Overcommit, Window, overcommit_size
 from .plan import Job, RoundPlan
 from .trace import SessionIndex
 
@@ -111,7 +110,7 @@ class Simulation:
         self.busy: list[_Run | None] = [None] * self.m
         self.queue: deque[RoundPlan] = deque()
         self.came_online = self.env.event()
-        self.is_async = isinstance(self.policy, Async)
+        self.is_async = self.policy.is_async
         self.kth = None  # overcommit: the event of the round's K-th upload, and the count so far
         self.kth_count = 0
         # system.trace_semantics fedscale: FedScale's stateful online test, one index per client
@@ -243,24 +242,19 @@ class Simulation:
         env, rule, clock, policy = self.env, self.rule, self.clock, self.policy
         r, t_open = 0, 0.0
         while True:
-            if isinstance(policy, Window):
-                t_open, window_close = r * policy.window, (r + 1) * policy.window
-                give_up = window_close
-            else:
-                window_close = None
-                give_up = t_open + policy.deadline if isinstance(policy, Deadline) else INF
+            t_open = policy.open_at(r, t_open)
+            window_close = policy.fixed_close(r)
+            give_up = policy.give_up(t_open, window_close)
             was_online = list(self.online) if self.sessions is None else [s.online(t_open) for s in self.sessions]
             online = np.flatnonzero(was_online)
-            q = rule.clients_per_round
-            if isinstance(policy, Overcommit):
-                q = overcommit_size(policy.factor, q)
+            q = policy.request_size(rule.clients_per_round)
             chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r, rule.weights)
             runs = [
                 self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k), len(online))
                 for c, k, w in zip(chosen, counts, weights)
             ]
             procs = [run.process for run in runs if run.process is not None]
-            if procs and isinstance(policy, Overcommit):
+            if procs and policy.keeps_first:
                 self.kth, self.kth_count = env.event(), 0
                 yield simpy.AnyOf(env, [simpy.AllOf(env, procs), self.kth])
                 kth, self.kth = self.kth, None
@@ -271,14 +265,14 @@ class Simulation:
                     continue
             elif procs:
                 yield simpy.AllOf(env, procs)
-            if isinstance(policy, Window):
+            if window_close is not None:
                 close = window_close
             elif runs:
                 ends = [run.end for run in runs if self.sessions is None or run.status != "failed"]
                 close = max(ends or [run.end for run in runs])  # deadline: dropped runs end at the deadline
             else:  # nobody online: wait for the first client to come online (deadline: at most D)
                 self.came_online = env.event()
-                if isinstance(policy, Deadline):
+                if give_up < INF:
                     yield simpy.AnyOf(env, [self.came_online, _At(env, give_up, LATE)])
                 else:
                     yield self.came_online

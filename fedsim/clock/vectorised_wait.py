@@ -20,7 +20,7 @@ from typing import Iterator
 import numpy as np
 
 from .draws import select
-from .model import Deadline, Overcommit, Traced, overcommit_size
+from .model import Traced
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
 from .sim import ClockError
 from .vectorised import _with_offline_rows
@@ -43,12 +43,10 @@ def prescribed_tables(clock) -> Iterator[RoundTable]:
     no_slowdown = clock.system.slowdown is None
     av = clock.system.availability
     states = clock.availability_states()
-    q = rule.clients_per_round
-    if isinstance(policy, Overcommit):
-        q = overcommit_size(policy.factor, q)
+    q = policy.request_size(rule.clients_per_round)
     t_open = 0.0
     for r in itertools.count():
-        give_up = t_open + policy.deadline if isinstance(policy, Deadline) else INF
+        give_up = policy.give_up(t_open, None)
         online = everyone
         if states is not None:
             states.advance(t_open)
@@ -118,7 +116,7 @@ def _jobs(clock, policy, chosen: np.ndarray, r: int, t_open: float, give_up: flo
     download_done = started & (t_d <= give_up) & (~failed | (t_d < nxt))
     upload_done = done.copy()
     k = clock.rule.clients_per_round
-    if isinstance(policy, Overcommit) and int(done.sum()) >= k:
+    if policy.keeps_first and int(done.sum()) >= k:
         # the first K uploads (by time, then client) are kept; the round closes at the K-th
         order = np.lexsort((chosen, np.where(done, t_u, INF)))
         close = float(t_u[order[k - 1]])
