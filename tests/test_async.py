@@ -261,8 +261,8 @@ def test_resume_async_byte_identical(tmp_path, monkeypatch, algo):
     saved = []
     original = execute.save_checkpoint
 
-    def keep(out, next_round, table_sizes, state):
-        original(out, next_round, table_sizes, state)
+    def keep(out, next_round, table_sizes, state, observed=None):
+        original(out, next_round, table_sizes, state, observed)
         saved.append((next_round, (out / "checkpoint.pt").read_bytes()))
 
     monkeypatch.setattr(execute, "save_checkpoint", keep)

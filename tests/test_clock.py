@@ -481,10 +481,16 @@ def test_plans_restart_from_zero_and_resume_by_skipping():
 
 
 def test_event_log():
+    """Round 1 opens only once the server has observed plan 0 (the closed loop): taking one plan
+    logs round 0 up to its close; asking for the next one opens round 1 at the same instant."""
     log = []
     clock = make(speed=(1.0, 2.0), latency=0.5, availability=(((2.0, 3.0),), ()), policy="wait", local_steps=2)
-    take(clock, 1, log)
-    assert log == [
+    schedule = clock.schedule(log=log)
+    next(schedule)
+    assert log[-1] == (2.0, "upload", 1, 0)
+    schedule.observe()
+    next(schedule)
+    assert log[:9] == [
         (0.0, "start", 0, 0), (0.0, "start", 1, 0),
         (0.5, "download", 0, 0), (0.5, "download", 1, 0),
         (1.5, "compute", 1, 0),
@@ -498,8 +504,8 @@ def test_wait_round_closes_when_every_selected_client_has_uploaded_or_failed():
     cannot know at 2.0 that client 1 will fail, so the round closes at 2.7, not 2.0."""
     log = []
     clock = make(speed=(2.0, 1.0), latency=0.5, availability=((), ((2.7, 4.0),)), policy="wait", local_steps=2)
-    (plan,) = take(clock, 1, log)
-    assert log == [
+    plan, _ = take(clock, 2, log)
+    assert log[:10] == [
         (0.0, "start", 0, 0), (0.0, "start", 1, 0),
         (0.5, "download", 0, 0), (0.5, "download", 1, 0),
         (1.5, "compute", 0, 0),

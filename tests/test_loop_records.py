@@ -37,23 +37,42 @@ class ScriptedEngine:
         self.log.append(f"eval {rec.round}")
         return replace(rec, test_acc=0.5)
 
-
-def plans(n=100):
-    return (RoundPlan(r, float(r), float(r + 1), (Job(r, 0, "completed", 1, float(r), float(r + 1), r),))
-            for r in range(n))
+    def reported(self):
+        return f"reported {self.current}"
 
 
-def _loop(engine, start=0, rounds=5, every=2):
+class ScriptedSchedule:
+    """Plans 0, 1, ...; ``observe`` logs what the server was given into the engine's log."""
+
+    def __init__(self, log, n=100):
+        self.log = log
+        self.plans = (RoundPlan(r, float(r), float(r + 1), (Job(r, 0, "completed", 1, float(r), float(r + 1), r),))
+                      for r in range(n))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self.plans)
+
+    def observe(self, reported=None, *, given=None):
+        self.log.append(f"observe {reported if given is None else given}")
+
+
+def _loop(engine, start=0, rounds=5, every=2, replay=()):
     rows, checkpoints = [], []
-    last = run_rounds(engine, plans(), start=start, rounds=rounds, eval_every=every,
-                      sinks=[lambda rec, clients: rows.append(rec)], checkpoint=checkpoints.append)
+    last = run_rounds(engine, ScriptedSchedule(engine.log), start=start, rounds=rounds, eval_every=every,
+                      sinks=[lambda rec, clients: rows.append(rec)], checkpoint=checkpoints.append, replay=replay)
     return last, rows, checkpoints
 
 
 def test_loop_evaluates_every_k_and_last_and_checkpoints_each_round():
     eng = ScriptedEngine()
     last, rows, checkpoints = _loop(eng)
-    assert eng.log == ["step 0", "step 1", "eval 1", "step 2", "step 3", "eval 3", "step 4", "eval 4"]
+    assert [e for e in eng.log if not e.startswith("observe")] == [
+        "step 0", "step 1", "eval 1", "step 2", "step 3", "eval 3", "step 4", "eval 4"]
+    # what the server learned goes back to the clock after each round, before the next plan
+    assert eng.log[:5] == ["step 0", "observe reported 0", "step 1", "eval 1", "observe reported 1"]
     assert [r.round for r in rows] == [0, 1, 2, 3, 4]
     assert [r.test_acc for r in rows] == [None, 0.5, None, 0.5, 0.5]
     assert checkpoints == [1, 2, 3, 4, 5]
@@ -62,15 +81,18 @@ def test_loop_evaluates_every_k_and_last_and_checkpoints_each_round():
 
 def test_loop_resumes_at_start():
     eng = ScriptedEngine()
-    _, rows, checkpoints = _loop(eng, start=3)
-    assert eng.log == ["step 3", "eval 3", "step 4", "eval 4"]
+    _, rows, checkpoints = _loop(eng, start=3, replay=["o0", "o1", "o2"])
+    # the replayed plans are observed with the logged observations, then the loop goes on
+    assert eng.log == ["observe o0", "observe o1", "observe o2", "step 3", "eval 3", "observe reported 3", "step 4",
+                       "eval 4", "observe reported 4"]
     assert [r.round for r in rows] == [3, 4] and checkpoints == [4, 5]
 
 
 def test_diverging_round_is_recorded_unevaluated_and_never_checkpointed():
     eng = ScriptedEngine(bad=3)
     last, rows, checkpoints = _loop(eng, every=1)
-    assert eng.log == ["step 0", "eval 0", "step 1", "eval 1", "step 2", "eval 2", "step 3"]
+    assert eng.log == ["step 0", "eval 0", "observe reported 0", "step 1", "eval 1", "observe reported 1", "step 2",
+                       "eval 2", "observe reported 2", "step 3"]  # the diverged round is not fed back
     assert [r.diverged for r in rows] == [0, 0, 0, 1]
     assert rows[-1].test_acc is None
     assert checkpoints == [1, 2, 3]  # none for round 3's model: a resume from 3 replays the divergence

@@ -97,9 +97,15 @@ def test_fednova_direction_and_tau_eff_are_unbiased(scheme, tau_eff):
 def test_clock_weights_follow_the_schemes():
     """The clock's raw weights are the ones enumerated above (p_i m / q with ``unbiased``, and
     count / q); ``normalized`` (the default) gives p_i / sum_{j in S} p_j over the same draw."""
-    from fedsim.clock.draws import select
+    from fedsim.clock.selection import Request, Uniform, Weighted
 
     online = np.arange(M)
+
+    def select(online, q, scheme, p, seed, key, weights="normalized"):
+        rule = Uniform(weights) if scheme == "uniform" else Weighted()
+        picked = rule.select(seed, Request(key, 0.0, q, len(p), p, _online=lambda: online))[1]
+        return picked.clients, picked.counts, picked.weights
+
     for r in range(20):
         chosen, counts, weights = select(online, Q, "uniform", P, 0, r, "unbiased")
         assert len(set(chosen)) == Q

@@ -14,12 +14,14 @@ from fedsim.rng import stream
 from .availability import ToggleArrays, ToggleStates, checked_timelines
 from .draws import SLOWDOWN_FLOOR, ConstantRate, PerClientDraws, whole_steps
 from .model import Epochs, Flops, Population, RandInt, RoundRule, Speed, System, Traced, Uniform, WorkCost
+from .feedback import Reported, Selector, observations
 from .plan import RoundPlan, RoundTable
+from .selection import Observations
 from .sim import Simulation
 from .trace import TraceError, TraceRate, TraceTimeline, load_trace
 from .checkin import CHECKIN_MIN_CLIENTS
 
-__all__ = ["Clock", "MIN_SOJOURN"]
+__all__ = ["Clock", "Schedule", "MIN_SOJOURN"]
 
 #: Markov mean sojourns and cycled trace periods are at least this fraction of the shortest round.
 MIN_SOJOURN = 1e-4
@@ -42,9 +44,10 @@ class Clock:
             None: for populations of at least ``CHECKIN_MIN_CLIENTS``.
 
     The cross-field rules of the inputs are checked where they are validated
-    (:mod:`fedsim.scenario`). The clock is a pure description: :meth:`plans` starts a fresh
-    simulation at t = 0 on every call and is a deterministic function of the arguments above.
-    Resuming at plan k is ``itertools.islice(clock.plans(), k, None)``.
+    (:mod:`fedsim.scenario`). The clock is a pure description: :meth:`schedule` starts a fresh
+    simulation at t = 0 on every call, a deterministic function of the arguments above and of
+    what is observed after each plan (which only a selection rule reads). A resumed run replays
+    plans 0 .. k - 1 with the observations it logged (fedsim.runner.checkpoint).
     """
 
     def __init__(
@@ -299,29 +302,77 @@ class Clock:
         return steps if cap is None else np.minimum(steps, cap)
 
     # ------------------------------------------------------------------ schedules
-    def plans(self, log: list | None = None) -> Iterator[RoundPlan]:
-        """Infinite iterator of round plans; each ``next()`` advances the simulation until the
-        next plan is ready. ``log`` (SimPy path only) collects ``(time, event, client, key)``
-        tuples: start, download, compute, upload, failed, dropped, online, offline."""
-        if self.fast and log is None:
-            for table in self._vectorised():
-                yield table.plan()
-            return
-        sim = Simulation(self, log)
-        while True:
-            yield sim.next_plan()
+    def schedule(self, *, tables: bool = False, log: list | None = None) -> "Schedule":
+        """A fresh closed-loop run of the clock from t = 0 (:class:`Schedule`): plans one at a
+        time, each followed by what the server learned (:meth:`Schedule.observe`). ``tables``:
+        yield :class:`RoundTable` columns rather than :class:`RoundPlan` rows. ``log`` (SimPy
+        path only) collects ``(time, event, client, key)`` tuples: start, download, compute,
+        upload, failed, dropped, online, offline."""
+        return Schedule(self, tables=tables, log=log)
 
-    def _vectorised(self) -> Iterator[RoundTable]:
-        """The vectorised path of the policy (:mod:`.vectorised`, :mod:`.vectorised_wait`, :mod:`.heap`)."""
-        return self.rule.policy.tables(self)
+    def plans(self, log: list | None = None) -> Iterator[RoundPlan]:
+        """Infinite iterator of round plans, each observed as it stands (no reported losses):
+        :meth:`schedule` for a run whose selection hears no losses."""
+        return self.schedule(log=log)
 
     def tables(self) -> Iterator[RoundTable]:
         """The same schedule as :meth:`plans`, as numpy columns (fast for clock-only runs)."""
-        if self.fast:
-            yield from self._vectorised()
-            return
-        for plan in self.plans():
-            yield plan.table()
+        return self.schedule(tables=True)
+
+
+class Schedule:
+    """One closed-loop run of a :class:`Clock`: iterate for the plans; after each, the runner may
+    call :meth:`observe` with what the trained clients reported (otherwise the plan is observed
+    as it stands when the next one is asked for). The clock plans the next round only after the
+    last plan was observed, so the selection rule (:class:`~fedsim.clock.feedback.Selector`) sees
+    it: a synchronous round r + 1 is picked after plan r; an async pick at time t comes after
+    every plan that closed at or before t.
+
+    The system itself never depends on what is observed: speeds, slowdowns, availability and the
+    per-job draws are keyed by (seed, purpose, client, key), so two selection rules that ask the
+    same client in the same round give it the same work in the same seconds.
+    """
+
+    def __init__(self, clock: Clock, *, tables: bool = False, log: list | None = None):
+        self.clock, self._tables = clock, bool(tables)
+        self.selector = Selector(clock.rule.selection, clock.num_clients, clock.p, clock.seed, clock.checkin)
+        self._feedback = bool(clock.rule.selection.uses_feedback)
+        self._sim = None
+        if clock.fast and log is None:
+            self._source = clock.rule.policy.tables(clock, self.selector)
+        else:
+            self._sim = Simulation(clock, self.selector, log)
+        self._last = None  # the last plan handed out, not yet observed
+
+    def __iter__(self) -> "Schedule":
+        return self
+
+    def __next__(self):
+        if self._last is not None:
+            self.observe()
+        if self._sim is not None:
+            plan = self._sim.next_plan()
+            self._last = plan
+            return plan.table() if self._tables else plan
+        table = next(self._source)
+        self._last = table
+        return table if self._tables else table.plan()
+
+    def observe(self, reported: Reported | None = None, *, given: Observations | None = None) -> Observations | None:
+        """The server has learned the last plan: its rows plus ``reported`` (the trained clients'
+        losses), or exactly ``given`` (a resumed run replaying its log). Returns what the rule
+        was given (None when the rule reads no observations)."""
+        last, self._last = self._last, None
+        if last is None:
+            raise RuntimeError("Schedule.observe: no plan to observe (each plan is observed once)")
+        obs = given
+        if obs is None and self._feedback:
+            obs = observations(last if isinstance(last, RoundTable) else last.table(), reported)
+        if obs is not None:
+            self.selector.observe(obs)
+        if self._sim is not None:
+            self._sim.observed()
+        return obs
 
 
 def _highest(draws: PerClientDraws) -> float:

@@ -9,7 +9,7 @@ purpose        keys                        what
 ``speed``      client                      base speed, drawn once
 ``slowdown``   client, key                 multiplicative factor on step time for one job
 ``work``       client, key                 prescribed ``local_steps`` / ``local_epochs`` draw
-``select``     round (async: job seq)      which clients the server picks
+``select``     round (async: job seq)      whom ``uniform`` / ``weighted`` pick (``selection.py``)
 ``availability`` client                    Markov on/off sojourns (see ``availability.py``)
 ``flops``      client                      device FLOP/s (``system.compute``), drawn once
 ``down``       client                      download bandwidth (``system.network``), drawn once
@@ -29,7 +29,7 @@ from fedsim.rng import stream
 
 from .model import MAX_STEPS, Constant, PerClient
 
-__all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "ConstantRate", "per_client", "PerClientDraws", "select", "SLOWDOWN_FLOOR"]
+__all__ = ["STEP_GUARD", "MAX_STEPS", "whole_steps", "ConstantRate", "per_client", "PerClientDraws", "SLOWDOWN_FLOOR"]
 
 #: ``whole_steps(x) = floor(x * STEP_GUARD)``. A step count that is mathematically an integer can
 #: land a few ulps below it in floating point (``(10 - 1) * 0.3 / 0.1``); the relative guard of
@@ -101,56 +101,3 @@ class PerClientDraws:
                 v[i] = self.values[c] = float(self.spec.sample(stream(self.seed, self.purpose, c)))
             return v
         return self.values[clients]
-
-
-def select(
-    available: np.ndarray,
-    clients_per_round: int | None,
-    sampling: str,
-    p: np.ndarray,
-    seed: int,
-    key: int,
-    weights: str = "normalized",
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pick the round's clients among ``available`` (sorted client indices).
-
-    Returns ``(clients, counts, weights)``, clients sorted. FedNova paper, docs/algorithms.md:
-
-    * ``clients_per_round`` None: everybody available, weight p_i / P_avail (full participation).
-    * uniform: q = min(clients_per_round, m) without replacement, m = len(available); the first q
-      of one permutation of ``available`` from stream ``("select", key)`` (so the picks are nested
-      in q); ``weights="normalized"`` (the default): weight p_i / (sum of p_j over the q
-      selected), summing to 1 (FedProx's reference code, Flower); ``weights="unbiased"``:
-      p_i * m / (q P_avail), unbiased over the draw but its sum varies from round to round.
-    P_avail = sum of p_i over the available clients (1 when all are online: no rescaling).
-    * weighted: q = min(clients_per_round, m) draws with replacement, probability proportional to
-      p_i among the available (uniform if those p_i are all 0); a client drawn k times is one job
-      with count k and weight k / q.
-    """
-    m = len(available)
-    # Offline clients cannot be sampled: weights target the available population's objective,
-    # sum_{i available} p_i F_i / P_avail (P_avail = 1, no rescaling, when everyone is online).
-    p_avail = float(p[available].sum()) if m else 0.0
-    scale = 1.0 if (m == len(p) or p_avail <= 0) else 1.0 / p_avail
-    if m == 0 or clients_per_round is None:
-        return available, np.ones(m, dtype=np.int64), p[available].astype(np.float64) * scale
-    q = min(clients_per_round, m)
-    rng = stream(seed, "select", key)
-    if sampling == "uniform":
-        chosen = np.sort(available[rng.permutation(m)[:q]])
-        if weights == "normalized":
-            pc = p[chosen].astype(np.float64)
-            total = float(pc.sum())
-            w = pc / total if total > 0 else np.full(q, 1.0 / q)
-            return chosen, np.ones(q, dtype=np.int64), w
-        if weights != "unbiased":
-            raise ValueError(f"round.weights: unknown rule {weights!r}")
-        return chosen, np.ones(q, dtype=np.int64), p[chosen] * m / q * scale
-    if sampling != "weighted":
-        raise ValueError(f"round.sampling: unknown scheme {sampling!r}")
-    pa = p[available].astype(np.float64)
-    total = pa.sum()
-    probs = pa / total if total > 0 else np.full(m, 1.0 / m)
-    counts = np.bincount(rng.choice(m, size=q, replace=True, p=probs), minlength=m)
-    idx = np.flatnonzero(counts)
-    return available[idx], counts[idx], counts[idx] / q

@@ -19,7 +19,6 @@ from typing import Iterator
 
 import numpy as np
 
-from .checkin import checkin_pick, permutation_pick
 from .model import Traced
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
 from .sim import ClockError
@@ -110,9 +109,12 @@ class _Population:
         return float(st.next[off].min()) if off.any() else INF
 
 
-def async_tables(clock) -> Iterator[RoundTable]:
-    """The plans of ``clock`` (policy async) as tables, server update after server update."""
-    policy, m, seed = clock.rule.policy, clock.num_clients, clock.seed
+def async_tables(clock, selector) -> Iterator[RoundTable]:
+    """The plans of ``clock`` (policy async) as tables, server update after server update.
+
+    Slots are filled (picks through ``selector``) at an instant only after the plans made at that
+    instant were yielded, so the runner has observed them (``Simulation`` does the same)."""
+    policy, m = clock.rule.policy, clock.num_clients
     C, K = policy.concurrency, policy.buffer
     pop = _Population(clock)
     traced = isinstance(clock.system.availability, Traced)
@@ -124,7 +126,6 @@ def async_tables(clock) -> Iterator[RoundTable]:
     pending: list[_Job] = []
     started: list[tuple[int, int, int]] = []
     version, seq, arrivals, last_update, zero_streak = 0, 0, 0, 0.0, 0
-    starved = False
     emitted: list[RoundTable] = []
 
     def update(now: float) -> None:
@@ -145,20 +146,23 @@ def async_tables(clock) -> Iterator[RoundTable]:
         if free <= 0:
             return False
         if clock.checkin:
-            def is_candidate(cs):
-                return pop.peek(cs, now)[0] & ~busy[cs]
-
-            def everyone():
+            def candidates():
                 on = pop.online_now(now)
                 return on[~busy[on]]
 
-            pick = checkin_pick(m, free, seed, seq, is_candidate, everyone)
+            def is_candidate(cs):
+                return pop.peek(cs, now)[0] & ~busy[cs]
         else:
             on = pop.online_now(now)
             cand = on[~busy[on]]
             if not len(cand):
                 return True
-            pick = permutation_pick(cand, free, seed, seq)
+
+            def candidates():
+                return cand
+
+            is_candidate = None
+        pick = selector.pick(seq, now, free, candidates, is_candidate, is_async=True).clients
         if not len(pick):
             return True
         keys = np.arange(seq, seq + len(pick), dtype=np.int64)
@@ -181,7 +185,7 @@ def async_tables(clock) -> Iterator[RoundTable]:
         return len(pick) < free
 
     def settle(now: float, batch: list[_Job]) -> None:
-        nonlocal arrivals, starved
+        nonlocal arrivals
         for j in sorted(batch, key=lambda j: j.key):
             del in_flight[j.key]
             busy[j.client] = False
@@ -190,13 +194,10 @@ def async_tables(clock) -> Iterator[RoundTable]:
                 arrivals += 1
                 if arrivals == K:
                     update(now)
-        starved = fill(now)
 
-    settle(0.0, [])
+    starved = fill(0.0)
     last_seen = 0.0
     while True:
-        while emitted:
-            yield emitted.pop(0)
         wake = pop.next_online(last_seen) if starved else INF  # starved: the next client to come online
         t = min(heap[0][0] if heap else INF, wake)
         if t == INF:
@@ -206,6 +207,9 @@ def async_tables(clock) -> Iterator[RoundTable]:
             while heap and heap[0][0] == t:
                 batch.append(in_flight[heapq.heappop(heap)[1]])
             settle(t, batch)
+            while emitted:  # observed by the runner before the slots are filled
+                yield emitted.pop(0)
+            starved = fill(t)
             if not (heap and heap[0][0] == t):
                 break
         last_seen = t

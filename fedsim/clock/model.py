@@ -30,6 +30,7 @@ from typing import ClassVar, Literal, Union
 import numpy as np
 
 from .availability import Always, AvailabilityModel, Intervals
+from . import selection as _selection
 
 __all__ = [
     "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
@@ -191,11 +192,12 @@ class Policy:
         """(seconds, scenario key) of a round's fixed length or deadline; None without one."""
         return None
 
-    def tables(self, clock):
-        """The vectorised path's iterator of :class:`~fedsim.clock.plan.RoundTable` for ``clock``."""
+    def tables(self, clock, selector):
+        """The fast path's iterator of :class:`~fedsim.clock.plan.RoundTable` for ``clock``,
+        picking through ``selector`` (:class:`fedsim.clock.feedback.Selector`)."""
         from .vectorised_wait import prescribed_tables
 
-        return prescribed_tables(clock)
+        return prescribed_tables(clock, selector)
 
 
 @dataclass(frozen=True)
@@ -216,10 +218,10 @@ class Window(Policy):
     def span(self) -> tuple[float, str]:
         return float(self.window), "round.window"
 
-    def tables(self, clock):
+    def tables(self, clock, selector):
         from .vectorised import window_tables
 
-        return window_tables(clock)
+        return window_tables(clock, selector)
 
 
 @dataclass(frozen=True)
@@ -269,10 +271,10 @@ class Async(Policy):
     buffer: int = 1
     is_async: ClassVar[bool] = True
 
-    def tables(self, clock):
+    def tables(self, clock, selector):
         from .heap import async_tables
 
-        return async_tables(clock)
+        return async_tables(clock, selector)
 
 
 @dataclass(frozen=True)
@@ -292,16 +294,14 @@ class Epochs:
 
 @dataclass(frozen=True)
 class RoundRule:
-    """Round policy, prescribed work (None: only the window limits it), step cap and selection."""
+    """Round policy, prescribed work (None: only the window limits it), step cap and selection
+    rule (:class:`fedsim.clock.selection.SelectionRule`; default ``uniform`` with normalized weights)."""
 
     policy: Policy
     work: Union[Steps, Epochs, None] = None
     max_local_steps: int | None = None
     clients_per_round: int | None = None
-    sampling: Literal["uniform", "weighted"] = "uniform"
-    #: uniform sampling's aggregation weights: p_i over the selected clients' sum (``normalized``)
-    #: or p_i m / q (``unbiased``); docs/algorithms.md
-    weights: Literal["normalized", "unbiased"] = "normalized"
+    selection: "_selection.SelectionRule" = _selection.Uniform()
 
 
 # --------------------------------------------------------------------------- clients and work

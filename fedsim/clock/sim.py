@@ -32,8 +32,6 @@ import numpy as np
 import simpy
 from simpy.core import NORMAL
 
-from .checkin import checkin_pick, permutation_pick
-from .draws import select
 from .plan import Job, RoundPlan
 from .trace import SessionIndex
 
@@ -96,11 +94,19 @@ class _Run:
 
 class Simulation:
     """One run of a :class:`~fedsim.clock.Clock` from t = 0; ``next_plan()`` advances it to the
-    next plan. Reads the clock's ``rule``, ``seed``, ``p``, ``num_clients``, ``timelines``,
-    ``rates``, ``transfers_of()``, ``slowdown()`` and ``work_cap()``."""
+    next plan, :meth:`observed` says the server has learned the last one (its selection rule has
+    seen it). Reads the clock's ``rule``, ``seed``, ``p``, ``num_clients``, ``timelines``,
+    ``rates``, ``transfers_of()``, ``slowdown()`` and ``work_cap()``; picks through ``selector``
+    (:class:`fedsim.clock.feedback.Selector`).
 
-    def __init__(self, clock, log: list | None = None):
+    Feedback timing: a synchronous round r + 1 opens only after plan r was observed; an async
+    server fills its free slots at an instant only after every plan of that instant was observed
+    (a pick at t sees every plan that closed at or before t).
+    """
+
+    def __init__(self, clock, selector, log: list | None = None):
         self.clock = clock
+        self.selector = selector
         self.rule = clock.rule
         self.policy = clock.rule.policy
         self.log = log
@@ -109,6 +115,9 @@ class Simulation:
         self.online = [tl.initial for tl in clock.timelines]
         self.busy: list[_Run | None] = [None] * self.m
         self.queue: deque[RoundPlan] = deque()
+        self.unobserved = 0  # plans emitted and not yet observed
+        self.wait_observed = None  # sync: the event round r + 1 waits on
+        self.fill_pending = False  # async: slots to fill once this instant's plans are observed
         self.came_online = self.env.event()
         self.is_async = self.policy.is_async
         self.kth = None  # overcommit: the event of the round's K-th upload, and the count so far
@@ -146,6 +155,28 @@ class Simulation:
 
     def _emit(self, plan: RoundPlan) -> None:
         self.queue.append(plan)
+        self.unobserved += 1
+
+    def observed(self) -> None:
+        """The server has learned the oldest plan not yet observed: its selection may go on."""
+        self.unobserved -= 1
+        if self.unobserved:
+            return
+        if self.wait_observed is not None:
+            self.wait_observed.succeed()
+            self.wait_observed = None
+        if self.fill_pending:
+            self.fill_pending = False
+            _At(self.env, self.env.now, LATE).callbacks.append(lambda _event: self._fill())
+
+    def _observation(self):
+        """Sync: the event the next round waits on (already triggered when nothing is unobserved)."""
+        ev = self.env.event()
+        if self.unobserved:
+            self.wait_observed = ev
+        else:
+            ev.succeed()
+        return ev
 
     def _note(self, t: float, what: str, client: int, key: int | None = None) -> None:
         if self.log is not None:
@@ -248,7 +279,9 @@ class Simulation:
             was_online = list(self.online) if self.sessions is None else [s.online(t_open) for s in self.sessions]
             online = np.flatnonzero(was_online)
             q = policy.request_size(rule.clients_per_round)
-            chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r, rule.weights)
+            picked = self.selector.pick(r, t_open, q, lambda: online,
+                                        lambda cs: np.asarray(was_online, dtype=bool)[cs])
+            chosen, counts, weights = picked.clients, picked.counts, picked.weights
             runs = [
                 self._start(int(c), r, r, r, t_open, window_close, give_up, float(w), int(k), len(online))
                 for c, k, w in zip(chosen, counts, weights)
@@ -262,6 +295,7 @@ class Simulation:
                     yield _At(env, env.now, LATE)
                     self._emit(self._overcommit_plan(r, t_open, env.now, runs, was_online))
                     r, t_open = r + 1, env.now
+                    yield self._observation()
                     continue
             elif procs:
                 yield simpy.AllOf(env, procs)
@@ -280,6 +314,7 @@ class Simulation:
             yield _At(env, close, LATE)
             self._emit(self._sync_plan(r, t_open, close, runs, was_online))
             r, t_open = r + 1, close
+            yield self._observation()
 
     def _sync_plan(self, r: int, t_open: float, close: float, runs: list[_Run], was_online: list[bool]) -> RoundPlan:
         rows = {}
@@ -322,9 +357,10 @@ class Simulation:
 
     def _settle(self, _event) -> None:
         """End of an instant: process resolved jobs in key order (every ``buffer`` arrivals make a
-        server update), then fill free slots among online clients not in flight."""
+        server update), then fill free slots among online clients not in flight -- at once, or,
+        when this instant made plans, once the server has observed them (:meth:`observed`)."""
         self.settle_scheduled = False
-        policy, clock, now = self.policy, self.clock, self.env.now
+        policy, now = self.policy, self.env.now
         batch, self.resolved = sorted(self.resolved, key=lambda run: run.key), []
         for run in batch:
             del self.in_flight[run.client]
@@ -333,6 +369,14 @@ class Simulation:
                 self.arrivals += 1
                 if self.arrivals == policy.buffer:
                     self._async_update(now)
+        if self.unobserved:
+            self.fill_pending = True
+        else:
+            self._fill()
+
+    def _fill(self) -> None:
+        """Start jobs in the free slots, picked by the selection rule among online clients not in flight."""
+        policy, clock, now = self.policy, self.clock, self.env.now
         free = policy.concurrency - len(self.in_flight)
         if free <= 0:
             return
@@ -340,13 +384,11 @@ class Simulation:
         candidates = np.array([c for c in range(self.m) if self.online[c] and c not in self.in_flight], dtype=np.int64)
         if not len(candidates):
             return
-        if clock.checkin:
-            def is_candidate(cs):
-                return np.array([self.online[c] and c not in self.in_flight for c in cs.tolist()], dtype=bool)
 
-            pick = checkin_pick(self.m, free, clock.seed, self.seq, is_candidate, lambda: candidates)
-        else:
-            pick = permutation_pick(candidates, free, clock.seed, self.seq)
+        def is_candidate(cs):
+            return np.array([self.online[c] and c not in self.in_flight for c in cs.tolist()], dtype=bool)
+
+        pick = self.selector.pick(self.seq, now, free, lambda: candidates, is_candidate, is_async=True).clients
         for c in pick:
             c = int(c)
             run = self._start(c, self.seq, -1, self.version, now, None, INF, float(clock.p[c]), 1, available)

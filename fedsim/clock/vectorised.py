@@ -14,7 +14,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .draws import select, whole_steps
+from .draws import whole_steps
 from .model import Traced
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
 
@@ -23,13 +23,14 @@ __all__ = ["window_tables"]
 _COMPLETED, _DROPPED, _OFFLINE, _FAILED = (STATUSES.index(s) for s in ("completed", "dropped", "offline", "failed"))
 
 
-def window_tables(clock) -> Iterator[RoundTable]:
+def window_tables(clock, selector) -> Iterator[RoundTable]:
     """The plans of ``clock`` (policy window, any availability) as tables, round after round.
 
     Same draws and floating-point expressions as ``Simulation._start`` and ``ConstantRate.fit``
     / ``finish``. A job fails iff the client, online at the open, toggles (goes offline) before its
     upload ends. Only the selected clients' speeds and transfers are drawn; every client's
-    availability is numpy state (:meth:`fedsim.clock.Clock.availability_states`).
+    availability is numpy state (:meth:`fedsim.clock.Clock.availability_states`). Round r's pick
+    (``selector``) runs when the generator resumes after round r - 1, i.e. after it was observed.
     """
     rule, m = clock.rule, clock.num_clients
     everyone = np.arange(m, dtype=np.int64)
@@ -43,8 +44,9 @@ def window_tables(clock) -> Iterator[RoundTable]:
         if states is not None:
             states.advance(t_open)
             online = np.flatnonzero(states.online)
-        chosen, counts, weights = select(online, rule.clients_per_round, rule.sampling, clock.p, clock.seed, r,
-                                          rule.weights)
+        picked = selector.pick(r, t_open, rule.clients_per_round, lambda: online,
+                               None if states is None else (lambda cs: states.online[cs]))
+        chosen, counts, weights = picked.clients, picked.counts, picked.weights
         speed = clock.speed_of(chosen)
         down, up = clock.transfers_of(chosen)
         slow = 1.0 if no_slowdown else np.array([clock.slowdown(int(c), r) for c in chosen])

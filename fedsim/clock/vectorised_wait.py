@@ -19,7 +19,6 @@ from typing import Iterator
 
 import numpy as np
 
-from .draws import select
 from .model import Traced
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
 from .sim import ClockError
@@ -31,7 +30,7 @@ _COMPLETED, _DROPPED, _FAILED = (STATUSES.index(s) for s in ("completed", "dropp
 INF = math.inf
 
 
-def prescribed_tables(clock) -> Iterator[RoundTable]:
+def prescribed_tables(clock, selector) -> Iterator[RoundTable]:
     """The plans of ``clock`` (policy wait, deadline or overcommit, any availability) as tables.
 
     Same draws and floating-point expressions as ``Simulation._start`` / ``_sync_rounds`` and
@@ -51,7 +50,8 @@ def prescribed_tables(clock) -> Iterator[RoundTable]:
         if states is not None:
             states.advance(t_open)
             online = np.flatnonzero(states.online)
-        chosen, counts, weights = select(online, q, rule.sampling, clock.p, clock.seed, r, rule.weights)
+        picked = selector.pick(r, t_open, q, lambda: online, None if states is None else (lambda cs: states.online[cs]))
+        chosen, counts, weights = picked.clients, picked.counts, picked.weights
         n = len(chosen)
         if n == 0:
             cols, close = _empty(), _first_online(states, give_up, t_open)

@@ -168,6 +168,12 @@ class SyncEngine:
         )
         return record, clients
 
+    def reported(self):
+        """What the clients trained in the last :meth:`step` reported with their updates
+        (:class:`fedsim.clock.feedback.Reported`), for the server's selection rule; None until
+        the engine reports losses."""
+        return None
+
     def state_dict(self) -> dict:
         """Global model and server state, as plain containers of tensors (for checkpoints)."""
         out = {"params": self.params, "server": asdict(self.server)}

@@ -5,7 +5,9 @@ moments, control variates, global direction, averaged v_hat; async: live model v
 next round index and the byte length of ``rounds.csv`` / ``clients.csv`` at that moment (a
 ``--format parquet`` run: the part count of ``rounds.parquet/`` / ``clients.parquet/``, its keys). The
 clock needs no saved state: it is replayed from the scenario seed (its random streams are keyed
-by (seed, purpose, client, round), so no generator positions exist to save). Resuming truncates
+by (seed, purpose, client, round), so no generator positions exist to save), and a selection rule
+that reads what the server observed (``uses_feedback``) is replayed from the observations it was
+given, which the checkpoint keeps (``observed``: one entry per plan so far). Resuming truncates
 the tables to the recorded lengths, so rows written after the checkpoint are cut back and the
 continuation is byte-identical.
 
@@ -17,13 +19,17 @@ from __future__ import annotations
 
 import io
 import warnings
+from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from ..clock.plan import STATUSES
+from ..clock.selection import Observations
 from .files import FolderError, write_atomic
 
-__all__ = ["CHECKPOINT", "TABLES", "PARQUET_TABLES", "save_checkpoint", "load_checkpoint"]
+__all__ = ["CHECKPOINT", "TABLES", "PARQUET_TABLES", "save_checkpoint", "load_checkpoint", "observed_log"]
 
 CHECKPOINT = "checkpoint.pt"
 #: The tables whose byte lengths a checkpoint records.
@@ -32,12 +38,47 @@ TABLES = ("rounds.csv", "clients.csv")
 PARQUET_TABLES = ("rounds.parquet", "clients.parquet")
 
 
-def save_checkpoint(out: Path, next_round: int, table_sizes: dict[str, int], state: dict) -> None:
+def save_checkpoint(out: Path, next_round: int, table_sizes: dict[str, int], state: dict,
+                    observed: list[Observations] | None = None) -> None:
     """Atomically write the checkpoint of a run folder: resume at ``next_round`` with the tables
-    cut to ``table_sizes`` and the engine state ``state`` (tensors, numbers, dicts, lists)."""
+    cut to ``table_sizes``, the engine state ``state`` (tensors, numbers, dicts, lists) and the
+    observations a selection rule was given so far (``observed``, when it reads them)."""
     buf = io.BytesIO()
-    torch.save({"next_round": next_round, "table_sizes": dict(table_sizes), "sim": state}, buf)
+    ck = {"next_round": next_round, "table_sizes": dict(table_sizes), "sim": state}
+    if observed is not None:
+        ck["observed"] = [_plain(o) for o in observed]
+    torch.save(ck, buf)
     write_atomic(Path(out) / CHECKPOINT, buf.getvalue())
+
+
+_ARRAYS = [f.name for f in fields(Observations)][2:]
+
+
+def _plain(o: Observations) -> dict:
+    """An Observations as tensors and numbers (what ``torch.load(weights_only=True)`` reads)."""
+    d = {"round": int(o.round), "time": float(o.time)}
+    for name in _ARRAYS:
+        a = getattr(o, name)
+        if name == "status":
+            a = np.array([STATUSES.index(x) for x in a.tolist()], dtype=np.int8)
+        d[name] = torch.from_numpy(np.ascontiguousarray(a))
+    return d
+
+
+def observed_log(ck: dict, next_round: int, out: Path) -> list[Observations]:
+    """The observations a checkpoint kept, one per plan before ``next_round`` (FolderError, one
+    line, when they are missing or malformed: the selection rule could not be replayed)."""
+    log = ck.get("observed")
+    if not isinstance(log, list) or len(log) != next_round:
+        raise FolderError(f"--resume {out}: {CHECKPOINT} lacks the observations the selection rule was given; "
+                          "delete it to resume from the start")
+    try:
+        return [Observations(int(d["round"]), float(d["time"]),
+                             **{n: (np.asarray(STATUSES, dtype=object)[d[n].numpy()].astype(str) if n == "status"
+                                    else d[n].numpy()) for n in _ARRAYS}) for d in log]
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError):
+        raise FolderError(f"--resume {out}: {CHECKPOINT} holds malformed observations; delete it to resume "
+                          "from the start") from None
 
 
 def load_checkpoint(out: Path) -> dict | None:
@@ -67,7 +108,7 @@ def load_checkpoint(out: Path) -> dict | None:
 
 
 def _well_formed(ck) -> bool:
-    if not isinstance(ck, dict) or set(ck) != {"next_round", "table_sizes", "sim"}:
+    if not isinstance(ck, dict) or set(ck) - {"observed"} != {"next_round", "table_sizes", "sim"}:
         return False
     sizes = ck["table_sizes"]
     return (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import ExitStack, closing
 from pathlib import Path
 
-from .checkpoint import save_checkpoint
+from .checkpoint import observed_log, save_checkpoint
 from ..engine import distributed
 from ..engine.threads import hold_cores
 from ..records import RunSummary
@@ -70,10 +70,14 @@ def run(
             return None, table_format or "csv"
 
         ck, fmt = agree(open_folder)
-        start = 0
+        start, replay = 0, ()
+        schedule = built.clock.schedule()
+        feedback = schedule.selector.rule.uses_feedback
         if ck is not None:
             engine.load_state(ck["sim"])
             start = ck["next_round"]
+            if feedback:
+                replay = observed_log(ck, start, out)
         sinks = []
         if main:
             if engine.work.class_counts is not None:
@@ -89,14 +93,16 @@ def run(
 
         def checkpoint(next_round: int) -> None:
             if main and every and next_round % every == 0 and next_round < sc.rounds:
-                save_checkpoint(out, next_round, tables.synced_sizes(), engine.state_dict())
+                save_checkpoint(out, next_round, tables.synced_sizes(), engine.state_dict(),
+                                schedule.selector.log if feedback else None)
 
         grid = None
         if sc.eval.every_seconds is not None:  # evals.csv (fedsim.runner.evals)
             grid = EvalGrid(sc.eval.every_seconds, out / "evals.csv" if main else None)
         last = run_rounds(
-            engine, built.clock.plans(), start=start, rounds=sc.rounds, eval_every=sc.eval.every,
+            engine, schedule, start=start, rounds=sc.rounds, eval_every=sc.eval.every,
             sinks=sinks, checkpoint=checkpoint, hold=lambda: hold_cores(engine.work.x_train.device), grid=grid,
+            replay=replay,
         )
         if main:
             tables.close()

@@ -1,14 +1,14 @@
 """The round loop: plan -> engine (local training, server update) -> evaluation -> records ->
-sinks -> checkpoint, the same for synchronous and asynchronous runs."""
+sinks -> what the server learned back to the clock -> checkpoint, the same for synchronous and
+asynchronous runs."""
 
 from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
 from itertools import islice
-from typing import Callable, ContextManager, Iterable, Sequence
+from typing import Callable, ContextManager, Sequence
 
-from ..clock.plan import RoundPlan
 from ..records import ClientRecord, RoundRecord
 
 __all__ = ["run_rounds"]
@@ -18,7 +18,7 @@ Sink = Callable[[RoundRecord, list[ClientRecord]], None]
 
 def run_rounds(
     engine,
-    plans: Iterable[RoundPlan],
+    schedule,
     *,
     start: int,
     rounds: int,
@@ -27,8 +27,15 @@ def run_rounds(
     checkpoint: Callable[[int], None],
     hold: Callable[[], ContextManager] = nullcontext,
     grid=None,
+    replay: Sequence = (),
 ) -> RoundRecord:
-    """Execute plans ``start .. rounds-1``; returns the last round's record.
+    """Execute plans ``start .. rounds-1`` of ``schedule`` (:class:`fedsim.clock.Schedule`); returns
+    the last round's record.
+
+    After each round the server's observations go back to the clock (``schedule.observe`` with
+    what the trained clients reported, ``engine.reported()``) before the next plan is asked for,
+    so a selection rule sees them. Plans ``0 .. start-1`` (a resumed run) are replayed: each is
+    observed with the observations logged before (``replay[k]``; none when the rule reads none).
 
     Evaluates every ``eval_every`` rounds and on the last one. A round whose model is not finite
     is recorded with ``diverged = 1`` (not evaluated) and ends the run without a checkpoint, so a
@@ -42,13 +49,13 @@ def run_rounds(
     last finite round at the grid times up to its close. It reads the model only.
     """
     last = None
-    plans = iter(plans)
     opened_after = None
-    for plan in islice(plans, start):  # replayed (resume): the last one's close is where the grid resumes
+    for k, plan in enumerate(islice(schedule, start)):  # replayed (resume): the last close is where the grid resumes
         opened_after = plan.close
+        schedule.observe(given=replay[k] if replay else None)
     if grid is not None:
         grid.open(opened_after)
-    for plan in islice(plans, rounds - start):
+    for plan in islice(schedule, rounds - start):
         with hold():
             if grid is not None:
                 grid.reach(engine, plan.close, plan.round - 1)
@@ -63,6 +70,7 @@ def run_rounds(
         last = record
         if not finite:
             break
+        schedule.observe(engine.reported())
         if grid is not None:
             grid.sync()
         checkpoint(plan.round + 1)

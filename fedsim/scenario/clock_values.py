@@ -64,5 +64,18 @@ def round_value(rule, batch_size: int) -> clock_model.RoundRule:
         work = cm.Epochs(dist(rule.local_epochs), batch_size)
     else:
         work = None
-    return cm.RoundRule(policy, work, rule.max_local_steps, rule.clients_per_round, rule.sampling, rule.weights)
+    return cm.RoundRule(policy, work, rule.max_local_steps, rule.clients_per_round, selection_value(rule))
+
+
+def selection_value(rule):
+    """The clock's selection rule: ``round.selection``'s, else the one ``round.sampling`` and
+    ``round.weights`` name (``uniform``; ``weighted`` in synchronous rounds: an async server has
+    always picked uniformly)."""
+    from ..clock.selection import Uniform, Weighted
+
+    if getattr(rule, "selection", None) is not None:
+        return rule.selection.clock_value()
+    if rule.sampling == "weighted" and rule.policy != "async":
+        return Weighted()
+    return Uniform(rule.weights)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..scenario.base import _Frozen
-from .base import SelectionRule
+from ..clock.selection import SelectionRule
 
 __all__ = ["SelectionSection"]
 

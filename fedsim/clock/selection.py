@@ -1,4 +1,5 @@
-"""What a client selector is, and what it may see (the information boundary).
+"""What a client selection rule is, what it may see (the information boundary), and the clock's
+own rules (``uniform``, ``weighted``).
 
 A selector decides whom the server asks to train. It sees what a real server knows and nothing
 else:
@@ -30,11 +31,16 @@ state). Rules that never read observations (``uses_feedback = False``) log nothi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Literal
 
 import numpy as np
 
-__all__ = ["Request", "Picked", "Observations", "SelectionRule", "normalized_weights", "check_picked"]
+from fedsim.rng import stream
+
+from .checkin import checkin_pick, permutation_pick
+
+__all__ = ["Request", "Picked", "Observations", "SelectionRule", "normalized_weights", "check_picked", "Uniform",
+           "Weighted"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,8 +197,9 @@ class SelectionRule:
 
 def check_picked(picked: Any, request: Request, name: str) -> Picked:
     """``picked`` if it is a valid answer to ``request``, else ``ValueError`` (one line naming the
-    rule): distinct sorted integer ids among the candidates, exactly min(k, candidates) of them
-    (every candidate when k is None), counts >= 1, finite weights >= 0, one of each per client."""
+    rule): distinct sorted integer ids among the candidates, counts >= 1 summing to exactly
+    min(k, candidates) (every candidate once when k is None), finite weights >= 0, one count and
+    one weight per client."""
     where = f"selection {name!r}"
     if not isinstance(picked, Picked):
         raise ValueError(f"{where}: select() must return (state, Picked), got {type(picked).__name__}")
@@ -211,12 +218,6 @@ def check_picked(picked: Any, request: Request, name: str) -> Picked:
     if c.size and not request.is_online(c).all():
         off = int(c[~request.is_online(c)][0])
         raise ValueError(f"{where}: client {off} is not online (or is busy) at the pick")
-    if request.k is not None and len(c) > request.k:
-        raise ValueError(f"{where}: picked {len(c)} clients, more than the {request.k} asked for")
-    if request.k is None or len(c) < request.k:  # fewer than asked: only if the candidates ran out
-        want = len(request.online()) if request.k is None else min(request.k, len(request.online()))
-        if len(c) != want:
-            raise ValueError(f"{where}: picked {len(c)} clients; {want} were asked for and online")
     counts = np.asarray(picked.counts)
     weights = np.asarray(picked.weights, dtype=np.float64)
     if counts.shape != c.shape or weights.shape != c.shape:
@@ -225,4 +226,81 @@ def check_picked(picked: Any, request: Request, name: str) -> Picked:
         raise ValueError(f"{where}: counts must be integers >= 1")
     if weights.size and not (np.isfinite(weights).all() and weights.min() >= 0):
         raise ValueError(f"{where}: weights must be finite and >= 0")
+    drawn = int(counts.sum())
+    if request.k is not None and drawn > request.k:
+        raise ValueError(f"{where}: picked {drawn} clients, more than the {request.k} asked for")
+    if request.k is None or drawn < request.k:  # fewer than asked: only if the candidates ran out
+        want = len(request.online()) if request.k is None else min(request.k, len(request.online()))
+        if drawn != want:
+            raise ValueError(f"{where}: picked {drawn} clients; {want} were asked for and online")
     return Picked(c, counts.astype(np.int64), weights)
+
+
+# --------------------------------------------------------------------------- the clock's own rules
+def _full_participation(request: Request) -> Picked:
+    """Everybody online, weight p_i / P_avail (P_avail = sum of p_i over them; 1 when all are
+    online: no rescaling), so the weights target the available population's objective."""
+    available = request.online()
+    m, p = len(available), request.p
+    p_avail = float(p[available].sum()) if m else 0.0
+    scale = 1.0 if (m == len(p) or p_avail <= 0) else 1.0 / p_avail
+    return Picked(available, np.ones(m, dtype=np.int64), p[available].astype(np.float64) * scale)
+
+
+@dataclass(frozen=True)
+class Uniform(SelectionRule):
+    """Uniformly without replacement among the candidates (FedNova section 4, docs/algorithms.md).
+
+    Sync: q = min(k, m) of the m online clients, the first q of one permutation of them (sorted)
+    from stream ``("select", key)``, so the picks are nested in q. Weights: ``normalized`` (the
+    default) p_i / (sum of p_j over the q picked), summing to 1 (FedProx's reference code,
+    Flower); ``unbiased`` p_i m / (q P_avail), unbiased over the draw but its sum varies. k None:
+    full participation (p_i / P_avail). Async: the same permutation rule over the candidates, or,
+    in populations of at least ``CHECKIN_MIN_CLIENTS``, keyed check-in draws
+    (:mod:`fedsim.clock.checkin`); an async job's weight is p_i.
+    """
+
+    weights: Literal["normalized", "unbiased"] = "normalized"
+
+    def select(self, state: Any, request: Request) -> tuple[Any, Picked]:
+        seed, k, p = state, request.k, request.p
+        if request.is_async:
+            if request.checkin:
+                pick = checkin_pick(request.num_clients, k, seed, request.key, request.is_online, request.online)
+            else:
+                pick = permutation_pick(request.online(), k, seed, request.key)
+            return state, Picked(pick, np.ones(len(pick), dtype=np.int64), p[pick].astype(np.float64))
+        available = request.online()
+        m = len(available)
+        if m == 0 or k is None:
+            return state, _full_participation(request)
+        q = min(k, m)
+        chosen = np.sort(available[stream(seed, "select", request.key).permutation(m)[:q]])
+        if self.weights == "normalized":
+            return state, Picked(chosen, np.ones(q, dtype=np.int64), normalized_weights(p, chosen))
+        p_avail = float(p[available].sum())
+        scale = 1.0 if (m == len(p) or p_avail <= 0) else 1.0 / p_avail
+        return state, Picked(chosen, np.ones(q, dtype=np.int64), p[chosen] * m / q * scale)
+
+
+@dataclass(frozen=True)
+class Weighted(SelectionRule):
+    """q = min(k, m) draws with replacement among the m online clients, probability proportional
+    to p_i (uniform if those p_i are all 0), from stream ``("select", key)``; a client drawn c times
+    is one job with count c and weight c / q. k None: full participation. Synchronous rounds only."""
+
+    sync_only: ClassVar[bool] = True
+
+    def select(self, state: Any, request: Request) -> tuple[Any, Picked]:
+        seed, k, p = state, request.k, request.p
+        available = request.online()
+        m = len(available)
+        if m == 0 or k is None:
+            return state, _full_participation(request)
+        q = min(k, m)
+        pa = p[available].astype(np.float64)
+        total = pa.sum()
+        probs = pa / total if total > 0 else np.full(m, 1.0 / m)
+        counts = np.bincount(stream(seed, "select", request.key).choice(m, size=q, replace=True, p=probs), minlength=m)
+        idx = np.flatnonzero(counts)
+        return state, Picked(available[idx], counts[idx], counts[idx] / q)
