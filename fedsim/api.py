@@ -22,6 +22,7 @@ from . import registries
 __all__ = [
     "Result", "run", "schedule", "register_model", "register_dataset", "register_algorithm", "register_solver",
     "register_correction", "register_aggregation", "register_server_opt", "register_staleness",
+    "register_availability", "register_selector",
 ]
 
 #: ``data.name`` / ``model.name`` a run records when the piece came from Python, not from a name.
@@ -174,6 +175,18 @@ def register_availability(name: str, section: Any, *, replace: bool = False) -> 
         raise RegistryError(f"availability model {name!r}: expected a subclass of fedsim.availability.AvailabilitySection, "
                             f"got {section!r}")
     return _register(registries.AVAILABILITY, name, section, replace)
+
+
+def register_selector(name: str, section: Any, *, replace: bool = False) -> Any:
+    """Register a selection rule, a subclass of :class:`fedsim.selection.section.SelectionSection`
+    (or ``'module:attribute'`` naming one), as ``round.selection: {name: name, ...}``."""
+    from .registry import RegistryError
+    from .selection.section import SelectionSection
+
+    if not (isinstance(section, str) or (isinstance(section, type) and issubclass(section, SelectionSection))):
+        raise RegistryError(f"selection rule {name!r}: expected a subclass of fedsim.selection.section.SelectionSection, "
+                            f"got {section!r}")
+    return _register(registries.SELECTORS, name, section, replace)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .clock import STATUSES, RoundTable
+from .errors import ScenarioError
 from .clock.plan import aggregation_weights
 from .data.federated import FederatedData
 from .data.quadratic import QuadraticProblem
@@ -74,6 +75,9 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
         ds = dataset_for(sc)
     sizes, weights = client_sizes_and_weights(sc, ds)
     clock = build_clock(sc, sizes, weights, cost=work_cost_for(sc, ds, model))  # everything that can fail, before the folder
+    if clock.rule.selection.uses_losses:
+        raise ScenarioError(f"round.selection: {sc.round.selection.name!r} needs the training losses clients report "
+                            "with their updates; --schedule-only trains nothing")
     with locked(out):
         prepare_folder(sc, out, force=force)
         (_write_parquet if table_format == "parquet" else _write_tables)(clock, sc.rounds, out)

@@ -16,6 +16,8 @@ registry           scenario field               a piece is
 ``STALENESS``      ``algorithm.staleness``      an asynchronous staleness rule
 ``AVAILABILITY``   ``system.availability.model``  an availability model's section class
                                                 (:class:`fedsim.availability.AvailabilitySection`)
+``SELECTORS``      ``round.selection.name``     a selection rule's section class
+                                                (:class:`fedsim.selection.section.SelectionSection`)
 =================  ===========================  ==============================================
 
 fedsim's built-ins register here exactly as a plug-in would, as lazy ``"module:attribute"``
@@ -30,7 +32,7 @@ from .registry import Registry
 
 __all__ = [
     "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",
-    "AVAILABILITY", "ALL",
+    "AVAILABILITY", "SELECTORS", "ALL",
 ]
 
 MODELS: Registry = Registry("model", "model.name")
@@ -42,11 +44,13 @@ AGGREGATIONS: Registry = Registry("aggregation", "algorithm.aggregation")
 SERVER_OPTS: Registry = Registry("server optimizer", "algorithm.server_opt")
 STALENESS: Registry = Registry("staleness rule", "algorithm.staleness")
 AVAILABILITY: Registry = Registry("availability model", "system.availability.model")
+SELECTORS: Registry = Registry("selection rule", "round.selection.name")
 
 #: kind -> registry (what ``fedsim.register(kind, name, obj)`` and the docs list).
 ALL = {
     "model": MODELS, "dataset": DATASETS, "algorithm": ALGORITHMS, "solver": SOLVERS, "correction": CORRECTIONS,
     "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS, "availability": AVAILABILITY,
+    "selector": SELECTORS,
 }
 
 
@@ -86,6 +90,9 @@ def _register_builtins() -> None:
     # availability models (fedsim/availability): one module each, its section class
     AVAILABILITY.register("markov", "fedsim.availability.markov:MarkovAvailability")
     AVAILABILITY.register("diurnal", "fedsim.availability.diurnal:DiurnalAvailability")
+    # selection rules (fedsim/selection): one module each, its section class
+    SELECTORS.register("uniform", "fedsim.selection.uniform:UniformSelection")
+    SELECTORS.register("weighted", "fedsim.selection.uniform:WeightedSelection")
 
 
 #: The built-in presets' names, in the order of fedsim.algorithms.presets.PRESETS (a test checks it).

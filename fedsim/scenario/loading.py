@@ -150,6 +150,9 @@ def dump_scenario(sc: Scenario) -> str:
     for section in ("data", "model"):  # no options: the key is left out (as every file before it)
         if not raw[section].get("options"):
             raw[section].pop("options", None)
+    rnd = raw["round"]  # round.selection or the keys it replaces: one of the two forms, never both
+    for key in ("sampling", "weights") if rnd.get("selection") is not None else ("selection",):
+        rnd.pop(key, None)
     return yaml.safe_dump(_plain(raw), sort_keys=False)
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .base import _Frozen
+from .base import _FieldError, _Frozen, registered
 from .distributions import Constant, IntDist, dist_low
+from .pydantic_errors import nested_error
 
 #: Largest ``round.overcommit`` factor (FedScale's default is 1.3).
 MAX_OVERCOMMIT = 100.0
@@ -23,6 +24,9 @@ class RoundConfig(_Frozen):
     local_epochs: int | IntDist | None = None
     max_local_steps: int | None = Field(None, ge=1)
     clients_per_round: int | None = Field(None, ge=1)
+    #: whom the server picks: a registered rule's section {name: NAME, ...} (fedsim.registries.SELECTORS);
+    #: None: the rule round.sampling and round.weights name
+    selection: Any = None
     sampling: Literal["uniform", "weighted"] = "uniform"
     weights: Literal["normalized", "unbiased"] = "normalized"  # uniform sampling's w_i (docs/algorithms.md)
     # over-commitment (FedScale): select ceil(overcommit * clients_per_round), keep the first K
@@ -40,6 +44,23 @@ class RoundConfig(_Frozen):
             raise ValueError("must be >= 1")
         return w  # upper bounds: fedsim.validate.check_limits
 
+    @field_validator("selection", mode="before")
+    @classmethod
+    def _selection(cls, v):
+        return selection_value(v)
+
+    @model_validator(mode="after")
+    def _one_selection(self):
+        if self.selection is None:
+            return self
+        legacy = sorted({"sampling", "weights"} & self.model_fields_set)
+        if legacy:
+            raise _FieldError("round.selection", f"give the rule here or round.{legacy[0]}, not both")
+        if self.policy == "async" and self.selection.clock_value().sync_only:
+            raise _FieldError("round.selection", f"{self.selection.name!r} picks synchronous rounds only, not "
+                              "policy async")
+        return self
+
     @field_validator("overcommit")
     @classmethod
     def _overcommit(cls, v):
@@ -52,3 +73,42 @@ class RoundConfig(_Frozen):
         from .clock_values import round_value
 
         return round_value(self, batch_size)
+
+
+def selection_value(v: Any) -> Any:
+    """``round.selection`` checked: a registered rule's section ``{name: NAME, ...}``
+    (``fedsim.registries.SELECTORS``, :mod:`fedsim.selection`) whose ``clock_value()`` gives the
+    clock a :class:`~fedsim.clock.selection.SelectionRule`; None when not given."""
+    from ..clock.selection import SelectionRule
+    from ..registries import SELECTORS
+    from ..selection.section import SelectionSection
+
+    if v is None or isinstance(v, SelectionSection):
+        section = v
+    elif isinstance(v, dict):
+        name = v.get("name")
+        if not isinstance(name, str):
+            known = ", ".join(SELECTORS.names())
+            raise _FieldError("round.selection.name", f"missing (which rule? {known})" if name is None
+                              else f"must be a rule's name ({known})")
+        cls = SELECTORS.get(registered(SELECTORS, name))
+        if not (isinstance(cls, type) and issubclass(cls, SelectionSection)):
+            raise _FieldError("round.selection.name", f"{name!r} is registered as {cls!r}, not a subclass of "
+                              "fedsim.selection.section.SelectionSection")
+        try:
+            section = cls.model_validate(v)
+        except ValidationError as err:
+            raise nested_error(err, "round.selection") from None
+    else:
+        raise _FieldError("round.selection", "give {name: NAME, ...} (a registered selection rule)")
+    if section is None:
+        return None
+    try:
+        rule = section.clock_value()
+    except Exception as err:  # noqa: BLE001 -- a user's section: one line naming it
+        raise _FieldError("round.selection", f"rule {section.name!r}: clock_value() failed: {type(err).__name__}: "
+                          f"{err}".rstrip(": ")) from None
+    if not isinstance(rule, SelectionRule):
+        raise _FieldError("round.selection", f"rule {section.name!r}: clock_value() returned {type(rule).__name__}, "
+                          "not a fedsim.clock.selection.SelectionRule")
+    return section
