@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedsim.clock import Clock, Population
-from fedsim.clock.model import overcommit_size
+from fedsim.clock.policy import overcommit_size
 from fedsim.availability.diurnal import DiurnalAvailability
 from fedsim.availability.markov import MarkovAvailability
 from fedsim.scenario import (

@@ -155,7 +155,7 @@ class DiurnalStates(ToggleArrays):
             self.next[idx[accept]] = t[accept]
             idx = idx[~accept]
 
-    def _toggled(self, idx: np.ndarray) -> None:
+    def toggled(self, idx: np.ndarray) -> None:
         self.next[idx] = INF
         self._find(idx)
 

@@ -93,7 +93,7 @@ class MarkovStates(ToggleArrays):
         self.k = np.ones(num_clients, dtype=np.int64)
         self.next = keyed_exponential(self.means[self.online.astype(np.int64)], seed, "availability", self.clients, 1)
 
-    def _toggled(self, idx: np.ndarray) -> None:
+    def toggled(self, idx: np.ndarray) -> None:
         self.k[idx] += 1
         mean = self.means[self.online[idx].astype(np.int64)]
         self.next[idx] = self.next[idx] + keyed_exponential(mean, self.seed, "availability", self.clients[idx], self.k[idx])

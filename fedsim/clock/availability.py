@@ -150,23 +150,29 @@ class OfflineIntervals:
 class ToggleArrays:
     """Every client's availability as arrays: ``online[c]`` and ``next[c]`` (client c's next toggle
     time, inf when none). :meth:`advance` applies every toggle at or before t (an outage starting
-    at t means offline at t); a subclass says in ``_toggled(idx)`` when the toggled clients toggle
-    next, and lists in ``PER_CLIENT`` every per-client array: :meth:`peek` copies those for the
-    clients it looks at and shares the rest, so an array missing there would be written by it."""
+    at t means offline at t) and returns them; a subclass says in ``toggled(idx)`` when the toggled
+    clients toggle next, and lists in ``PER_CLIENT`` every per-client array: :meth:`peek` copies
+    those for the clients it looks at and shares the rest, so an array missing there would be
+    written by it."""
 
     online: np.ndarray
     next: np.ndarray
     PER_CLIENT: tuple[str, ...] = ("online", "next")
 
-    def advance(self, t: float) -> None:
+    def advance(self, t: float) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Apply every toggle at or before ``t``; returns them, one ``(times, came_online)`` pair
+        of arrays per sweep (a client toggling twice appears in two sweeps)."""
+        applied = []
         while True:
             idx = np.flatnonzero(self.next <= t)
             if not len(idx):
-                return
+                return applied
+            applied.append((self.next[idx].copy(), ~self.online[idx]))
             self.online[idx] = ~self.online[idx]
-            self._toggled(idx)
+            self.toggled(idx)
 
-    def _toggled(self, idx: np.ndarray) -> None:
+    def toggled(self, idx: np.ndarray) -> None:
+        """Set ``next`` of clients ``idx``, which just toggled (``online`` already flipped)."""
         raise NotImplementedError
 
     def peek(self, idx: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
@@ -217,7 +223,7 @@ class ToggleStates(ToggleArrays):
         t = np.where(first, b, np.where(at_wrap, base, base + b))
         return np.where(first | (self.cycle[c] & (per > 0)), t, np.inf)
 
-    def _toggled(self, idx: np.ndarray) -> None:
+    def toggled(self, idx: np.ndarray) -> None:
         self.j[idx] += 1
         self.next[idx] = self._time(idx, self.j[idx])
 
@@ -242,7 +248,7 @@ class TimelineStates(ToggleArrays):
                 break
         return ahead[min(i, len(ahead) - 1)]
 
-    def _toggled(self, idx: np.ndarray) -> None:
+    def toggled(self, idx: np.ndarray) -> None:
         for c in idx.tolist():
             self._ahead[c].pop(0)
             self.next[c] = self._draw(c, 0)

@@ -18,7 +18,8 @@ from .feedback import Reported, Selector, observations
 from .plan import RoundPlan, RoundTable
 from .selection import Observations
 from .sim import Simulation
-from .trace import TraceError, TraceRate, TraceTimeline, load_trace
+from .trace import TraceError, load_trace
+from .trace_time import TraceRate, TraceTimeline
 from .checkin import CHECKIN_MIN_CLIENTS
 
 __all__ = ["Clock", "Schedule", "MIN_SOJOURN"]

@@ -60,14 +60,9 @@ class _Population:
         st = self.states
         times, deltas = [], []
         if st is not None:
-            while True:
-                idx = np.flatnonzero(st.next <= t)
-                if not len(idx):
-                    break
-                times.append(st.next[idx].copy())
-                deltas.append(np.where(st.online[idx], -1, 1))
-                st.online[idx] = ~st.online[idx]
-                st._toggled(idx)
+            for at, came_online in st.advance(t):
+                times.append(at)
+                deltas.append(np.where(came_online, 1, -1))
         if self.waiting:
             if times:
                 tt, dd = np.concatenate(times), np.concatenate(deltas)

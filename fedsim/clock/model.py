@@ -13,9 +13,7 @@ takes only these. Sum types are unions of small dataclasses, read with ``isinsta
   :class:`WorkCost`) | :class:`Traced` (a measured trace);
 * availability: an :class:`~fedsim.clock.availability.AvailabilityModel` (:class:`Always`,
   :class:`Intervals`, or a model of :mod:`fedsim.availability` such as Markov) | :class:`Traced`;
-* round policy: :class:`Window` | :class:`Wait` | :class:`Deadline` | :class:`Overcommit` |
-  :class:`Async`, each a :class:`Policy` that answers the clock's questions about itself (when a
-  round opens and closes, when the server gives up, how many clients it asks for, its fast path);
+* round policy: a :class:`fedsim.clock.policy.Policy` (window, wait, deadline, overcommit, async);
 * prescribed work: :class:`Steps` | :class:`Epochs` | None.
 """
 
@@ -25,7 +23,7 @@ from .. import limits
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Union
+from typing import Literal, Union
 
 import numpy as np
 
@@ -35,7 +33,7 @@ from . import selection as _selection
 __all__ = [
     "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
     "Speed", "Flops", "Network", "Traced", "Always", "Intervals", "System",
-    "Policy", "Window", "Wait", "Deadline", "Overcommit", "Async", "overcommit_size", "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
+    "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
     "MAX_TIME", "MAX_SPEED", "MAX_STEPS", "MAX_EPOCHS",
 ]
 
@@ -154,129 +152,6 @@ class System:
 
 
 # --------------------------------------------------------------------------- rounds
-INF = math.inf
-
-
-class Policy:
-    """Base of the round policies: each answers the clock's questions about itself, so the clock's
-    paths never test which policy they run.
-
-    Class attributes:
-        is_async: one server update per ``buffer`` arrivals with jobs always in flight
-            (:class:`Async`) rather than synchronous rounds.
-        keeps_first: the round closes at the K-th upload (:class:`Overcommit`).
-        waits_for_online: a round that found nobody online closes when the first client comes
-            online (else at its fixed close).
-    """
-
-    is_async: ClassVar[bool] = False
-    keeps_first: ClassVar[bool] = False
-
-    def open_at(self, r: int, last_close: float) -> float:
-        """When round ``r`` opens, the previous one having closed at ``last_close``."""
-        return last_close
-
-    def fixed_close(self, r: int) -> float | None:
-        """Round ``r``'s close when it is fixed in advance (a window), else None."""
-        return None
-
-    def give_up(self, t_open: float, fixed_close: float | None) -> float:
-        """When the server stops waiting for round jobs opened at ``t_open``."""
-        return INF
-
-    def request_size(self, k: int | None) -> int | None:
-        """How many clients the server asks for when it wants ``k`` updates."""
-        return k
-
-    def span(self) -> tuple[float, str] | None:
-        """(seconds, scenario key) of a round's fixed length or deadline; None without one."""
-        return None
-
-    def tables(self, clock, selector):
-        """The fast path's iterator of :class:`~fedsim.clock.plan.RoundTable` for ``clock``,
-        picking through ``selector`` (:class:`fedsim.clock.feedback.Selector`)."""
-        from .vectorised_wait import prescribed_tables
-
-        return prescribed_tables(clock, selector)
-
-
-@dataclass(frozen=True)
-class Window(Policy):
-    """Rounds of fixed length ``window`` seconds: round r spans [r W, (r + 1) W]."""
-
-    window: float
-
-    def open_at(self, r: int, last_close: float) -> float:
-        return r * self.window
-
-    def fixed_close(self, r: int) -> float:
-        return (r + 1) * self.window
-
-    def give_up(self, t_open: float, fixed_close: float | None) -> float:
-        return fixed_close
-
-    def span(self) -> tuple[float, str]:
-        return float(self.window), "round.window"
-
-    def tables(self, clock, selector):
-        from .vectorised import window_tables
-
-        return window_tables(clock, selector)
-
-
-@dataclass(frozen=True)
-class Wait(Policy):
-    """Prescribed work; the round ends when the last surviving client has uploaded."""
-
-
-@dataclass(frozen=True)
-class Deadline(Policy):
-    """Prescribed work; jobs not done ``deadline`` seconds after the open are dropped."""
-
-    deadline: float
-
-    def give_up(self, t_open: float, fixed_close: float | None) -> float:
-        return t_open + self.deadline
-
-    def span(self) -> tuple[float, str]:
-        return float(self.deadline), "round.deadline"
-
-
-@dataclass(frozen=True)
-class Overcommit(Policy):
-    """FedScale's over-commitment: prescribed work; select ``overcommit_size(factor, K)`` clients,
-    aggregate the first K uploads (K = ``RoundRule.clients_per_round``), drop the rest; the round
-    ends at the K-th upload (with fewer than K uploads, as :class:`Wait`)."""
-
-    factor: float
-    keeps_first: ClassVar[bool] = True
-
-    def request_size(self, k: int | None) -> int | None:
-        return overcommit_size(self.factor, k)
-
-
-def overcommit_size(factor: float, k: int) -> int:
-    """ceil(factor * K) with ``factor`` read as the decimal it was written as (``repr``), so
-    1.3 x 10 selects 13 clients, not ceil(13.000000000000002) = 14."""
-    from fractions import Fraction
-
-    return int(math.ceil(Fraction(repr(float(factor))) * int(k)))
-
-
-@dataclass(frozen=True)
-class Async(Policy):
-    """FedBuff-style: ``concurrency`` jobs in flight, one server update every ``buffer`` arrivals."""
-
-    concurrency: int
-    buffer: int = 1
-    is_async: ClassVar[bool] = True
-
-    def tables(self, clock, selector):
-        from .heap import async_tables
-
-        return async_tables(clock, selector)
-
-
 @dataclass(frozen=True)
 class Steps:
     """``local_steps``: a number of local steps, or an integer distribution drawn per job."""
@@ -297,7 +172,7 @@ class RoundRule:
     """Round policy, prescribed work (None: only the window limits it), step cap and selection
     rule (:class:`fedsim.clock.selection.SelectionRule`; default ``uniform`` with normalized weights)."""
 
-    policy: Policy
+    policy: "Policy"  # fedsim.clock.policy
     work: Union[Steps, Epochs, None] = None
     max_local_steps: int | None = None
     clients_per_round: int | None = None

@@ -9,7 +9,7 @@ Processes (plain generator functions, SimPy ``machine_shop`` style):
 * the server: ``_sync_rounds`` (window / wait / deadline / overcommit) or ``_settle`` callbacks
   (async).
 
-Ordering at one instant is explicit. Every event carries an absolute time (``_At``) so no
+Ordering at one instant is explicit. Every event carries an absolute time (``Environment.at``) so no
 ``now + (t - now)`` rounding can reorder ties. State changes (availability toggles, job phases,
 interrupts) run at SimPy's priorities; the server's decisions (close a round and open the next,
 process async arrivals and fill free slots) run at priority ``LATE``, after every state change of
@@ -33,7 +33,7 @@ import simpy
 from simpy.core import NORMAL
 
 from .plan import Job, RoundPlan
-from .trace import SessionIndex
+from .trace_time import SessionIndex
 
 __all__ = ["ClockError", "Simulation", "LATE"]
 
@@ -48,21 +48,28 @@ class ClockError(RuntimeError):
     """The schedule cannot continue (e.g. no client ever comes online again)."""
 
 
-class _At(simpy.events.Event):
-    """An event processed at absolute simulated time ``t`` with ``priority``.
+class Environment(simpy.Environment):
+    """SimPy's environment with events at absolute times.
 
-    Queued at t itself (what ``Environment.schedule`` does with ``now + delay``): some times
-    cannot be written now + d for any float d (the sum rounds past them, e.g. now = 0.855...,
-    t = 14.475875232711433), and an event must not drift by an ulp from the time it stands for.
+    :meth:`at` queues an event at t itself (``Environment.schedule`` queues at ``now + delay``):
+    some times cannot be written now + d for any float d (the sum rounds past them, e.g. now =
+    0.855..., t = 14.475875232711433), and an event must not drift by an ulp from the time it
+    stands for. SimPy has no public call for this; :meth:`schedule_at` is the one place that
+    writes its queue.
     """
 
-    def __init__(self, env: simpy.Environment, t: float, priority: int = NORMAL):
-        super().__init__(env)
-        if t < env.now:
-            raise RuntimeError(f"cannot schedule at {t!r} before now {env.now!r}")
-        self._ok = True
-        self._value = None
-        heappush(env._queue, (t, priority, next(env._eid), self))
+    def schedule_at(self, event: simpy.events.Event, t: float, priority: int = NORMAL) -> None:
+        """Queue ``event`` (already triggered) at absolute time ``t``, ties by (priority, order)."""
+        if t < self.now:
+            raise RuntimeError(f"cannot schedule at {t!r} before now {self.now!r}")
+        heappush(self._queue, (t, priority, next(self._eid), event))
+
+    def at(self, t: float, priority: int = NORMAL) -> simpy.events.Event:
+        """A succeeded event processed at absolute time ``t`` with ``priority``."""
+        event = simpy.events.Event(self)
+        event._ok, event._value = True, None  # succeed() without its schedule at now
+        self.schedule_at(event, t, priority)
+        return event
 
 
 class _Run:
@@ -110,7 +117,7 @@ class Simulation:
         self.rule = clock.rule
         self.policy = clock.rule.policy
         self.log = log
-        self.env = simpy.Environment(initial_time=0.0)  # float times in every row
+        self.env = Environment(initial_time=0.0)  # float times in every row
         self.m = clock.num_clients
         self.online = [tl.initial for tl in clock.timelines]
         self.busy: list[_Run | None] = [None] * self.m
@@ -167,7 +174,7 @@ class Simulation:
             self.wait_observed = None
         if self.fill_pending:
             self.fill_pending = False
-            _At(self.env, self.env.now, LATE).callbacks.append(lambda _event: self._fill())
+            self.env.at(self.env.now, LATE).callbacks.append(lambda _event: self._fill())
 
     def _observation(self):
         """Sync: the event the next round waits on (already triggered when nothing is unobserved)."""
@@ -187,7 +194,7 @@ class Simulation:
         """Flip client c's state at each toggle; an outage interrupts its running job."""
         online = timeline.initial
         for t in timeline.toggles():
-            yield _At(self.env, t)
+            yield self.env.at(t)
             online = not online
             self.online[c] = online
             self._note(t, "online" if online else "offline", c)
@@ -208,11 +215,11 @@ class Simulation:
         try:
             for phase, t in (("download", run.t_download), ("compute", run.t_compute), ("upload", run.t_upload)):
                 if t > run.give_up:
-                    yield _At(self.env, run.give_up)
+                    yield self.env.at(run.give_up)
                     run.status, run.end = "dropped", run.give_up
                     self._note(run.give_up, "dropped", run.client, run.key)
                     break
-                yield _At(self.env, t)
+                yield self.env.at(t)
                 run.phase += 1
                 self._note(t, phase, run.client, run.key)
             else:
@@ -292,7 +299,7 @@ class Simulation:
                 yield simpy.AnyOf(env, [simpy.AllOf(env, procs), self.kth])
                 kth, self.kth = self.kth, None
                 if kth.triggered:  # K uploads: the round closes now, after this instant's state changes
-                    yield _At(env, env.now, LATE)
+                    yield env.at(env.now, LATE)
                     self._emit(self._overcommit_plan(r, t_open, env.now, runs, was_online))
                     r, t_open = r + 1, env.now
                     yield self._observation()
@@ -307,11 +314,11 @@ class Simulation:
             else:  # nobody online: wait for the first client to come online (deadline: at most D)
                 self.came_online = env.event()
                 if give_up < INF:
-                    yield simpy.AnyOf(env, [self.came_online, _At(env, give_up, LATE)])
+                    yield simpy.AnyOf(env, [self.came_online, env.at(give_up, LATE)])
                 else:
                     yield self.came_online
                 close = env.now
-            yield _At(env, close, LATE)
+            yield env.at(close, LATE)
             self._emit(self._sync_plan(r, t_open, close, runs, was_online))
             r, t_open = r + 1, close
             yield self._observation()
@@ -353,7 +360,7 @@ class Simulation:
     def _request_settle(self) -> None:
         if not self.settle_scheduled:
             self.settle_scheduled = True
-            _At(self.env, self.env.now, LATE).callbacks.append(self._settle)
+            self.env.at(self.env.now, LATE).callbacks.append(self._settle)
 
     def _settle(self, _event) -> None:
         """End of an instant: process resolved jobs in key order (every ``buffer`` arrivals make a

@@ -1,4 +1,5 @@
-"""Measured device traces: replay availability and time-varying speed per client.
+"""Measured device traces: the two CSV layouts, read and checked into :class:`Trace` values
+(:mod:`fedsim.clock.trace_time` replays a parsed trace over time).
 
 Two CSV layouts (``system.trace``; a header line, then one interval per line; lines starting
 with '#' and blank lines are ignored). **Speed traces**::
@@ -38,10 +39,10 @@ with '#' and blank lines are ignored). **Speed traces**::
   t iff active[k] <= (t mod finish_time) <= inactive[k]) is rows [active[k], inactive[k]) plus an
   offline row up to finish_time: the same up to the instants at the interval ends.
 * ``system.trace_semantics: fedscale`` replaces that stateless rule by FedScale's stateful one
-  (:class:`SessionIndex`): each client keeps a session index k, and a test at time t first moves
-  k to the next session (cyclically) if t mod P is past inactive[k], at most once per test, then
-  answers active[k] <= t mod P <= inactive[k]. The sessions are the client's online rows in time
-  order, zero-length ones included; P is the period.
+  (:class:`fedsim.clock.trace_time.SessionIndex`): each client keeps a session index k, and a
+  test at time t first moves k to the next session (cyclically) if t mod P is past inactive[k],
+  at most once per test, then answers active[k] <= t mod P <= inactive[k]. The sessions are the
+  client's online rows in time order, zero-length ones included; P is the period.
 
 A trace replaces ``system.speed`` and ``system.availability``. A malformed file raises
 :class:`TraceError` whose message is one line naming the file, the line and the problem, e.g.
@@ -60,21 +61,18 @@ import stat
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
 from fedsim.errors import ScenarioError
 
-from .availability import cycle_times
-from .draws import whole_steps
 from ..limits import MAX_TRACE_BYTES, MAX_TRACE_ROWS
 from .model import MAX_SPEED, MAX_TIME
 
 #: Largest device id a device trace may use (ids are dense, 0..N-1).
 MAX_DEVICES = 10**7
 
-__all__ = ["TraceError", "Trace", "ClientTrace", "SessionIndex", "load_trace", "TRACE_COLUMNS", "DEVICE_COLUMNS"]
+__all__ = ["TraceError", "Trace", "ClientTrace", "load_trace", "TRACE_COLUMNS", "DEVICE_COLUMNS"]
 
 TRACE_COLUMNS = ("client", "start", "end", "online", "speed")
 #: Device traces (e.g. imported from FedScale): per-sample compute time and bandwidths; ``online``
@@ -362,114 +360,3 @@ def _client_trace(ivs: list[tuple[float, float, bool, float, int]]) -> ClientTra
     for a in arrays:  # shared by every run that loads the trace (load_trace keeps it)
         a.setflags(write=False)
     return ClientTrace(*arrays, sessions)
-
-
-class SessionIndex:
-    """FedScale's stateful online test for one client (``system.trace_semantics: fedscale``).
-
-    The index k starts at 0. ``online(t)``: with x = t mod P, if x > inactive[k] move k to
-    (k + 1) mod n (at most once per call), then answer active[k] <= x <= inactive[k]. The answer
-    depends on the earlier calls, so the clock calls it exactly where FedScale does: once per
-    client at each round's open, and once per selected client at its job's completion time."""
-
-    __slots__ = ("active", "inactive", "period", "k")
-
-    def __init__(self, trace: ClientTrace):
-        self.active = [a for a, _, _ in trace.sessions]
-        self.inactive = [b for _, b, _ in trace.sessions]
-        self.period = trace.period
-        self.k = 0
-
-    def online(self, t: float) -> bool:
-        if not self.active:
-            return False
-        x = t % self.period
-        if x > self.inactive[self.k]:
-            self.k += 1
-        self.k %= len(self.active)
-        return self.active[self.k] <= x <= self.inactive[self.k]
-
-
-class TraceTimeline:
-    """Availability of one traced client (see ``availability.py`` for the timeline protocol)."""
-
-    def __init__(self, trace: ClientTrace, repeat: str):
-        on = trace.online
-        self.period = trace.period
-        self.initial = bool(on[0])
-        self.inner = [float(trace.bp[j]) for j in range(1, len(on)) if on[j] != on[j - 1]]
-        self.wrap = repeat == "cycle" and bool(on[-1] != on[0])
-        self.repeat = repeat
-        self.changes = bool(self.inner) or self.wrap
-
-    def toggles(self) -> Iterator[float]:
-        if self.repeat == "last":
-            return iter(self.inner)
-        return cycle_times(self.period, self.inner, self.wrap)
-
-
-class TraceRate:
-    """Piecewise-constant speed of one traced client: steps accrue at ``speed`` while online,
-    0 while offline. Work done by time t is W(t); ``fit`` and ``finish`` integrate it."""
-
-    def __init__(self, trace: ClientTrace, repeat: str):
-        self.bp = trace.bp
-        self.rate = np.where(trace.online, trace.speed, 0.0)
-        self.cum = np.concatenate([[0.0], np.cumsum(self.rate * np.diff(self.bp))])
-        self.period = trace.period
-        self.work_period = float(self.cum[-1])
-        self.cycle = repeat == "cycle"
-        self.last_rate = float(self.rate[-1])
-        self.n = len(self.rate)
-
-    def _locate(self, t: float) -> tuple[int, int, float]:
-        """(k, j, x): t = k * P + x with x in segment j of the period."""
-        P = self.period
-        k = math.floor(t / P)
-        x = t - k * P
-        if x >= P:
-            k, x = k + 1, x - P
-        elif x < 0:
-            k, x = k - 1, x + P
-        j = min(max(int(np.searchsorted(self.bp, x, side="right")) - 1, 0), self.n - 1)
-        return k, j, x
-
-    def work(self, t: float) -> float:
-        """Steps' worth of work (at slowdown 1) accrued from 0 to t."""
-        if not self.cycle and t >= self.period:
-            return self.work_period + self.last_rate * (t - self.period)
-        k, j, x = self._locate(t)
-        return k * self.work_period + float(self.cum[j]) + float(self.rate[j]) * (x - float(self.bp[j]))
-
-    def fit(self, t0: float, t1: float, slow: float) -> int:
-        return whole_steps((self.work(t1) - self.work(t0)) / slow)
-
-    def finish(self, t0: float, steps: int, slow: float) -> float:
-        w = steps * slow
-        if w <= 0:
-            return t0
-        P, n = self.period, self.n
-        if not self.cycle and t0 >= P:
-            return t0 + w / self.last_rate if self.last_rate > 0 else math.inf
-        k, j, _ = self._locate(t0)
-        t = t0
-        while True:
-            seg_end = k * P + float(self.bp[j + 1])
-            r = float(self.rate[j])
-            if r > 0:
-                cap = r * (seg_end - t)
-                if cap >= w:
-                    return t + w / r
-                w -= cap
-            t, j = seg_end, j + 1
-            if j == n:  # end of a period
-                if not self.cycle:
-                    return t + w / self.last_rate if self.last_rate > 0 else math.inf
-                if self.work_period <= 0:
-                    return math.inf
-                k, j = k + 1, 0
-                skip = math.floor(w / self.work_period) - 1  # whole periods, keeping one to walk
-                if skip > 0:
-                    k += skip
-                    w -= skip * self.work_period
-                t = k * P

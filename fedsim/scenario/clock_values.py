@@ -46,13 +46,15 @@ def _per_client_value(x: Any) -> Any:
 
 def round_value(rule, batch_size: int) -> clock_model.RoundRule:
     """The clock's :class:`fedsim.clock.model.RoundRule` (``batch_size`` B for local_epochs)."""
+    from ..clock import policy as cp
+
     cm = clock_model
     policy = {
-        "window": lambda: cm.Window(rule.window),
-        "wait": cm.Wait,
-        "deadline": lambda: cm.Deadline(rule.deadline),
-        "overcommit": lambda: cm.Overcommit(rule.overcommit),
-        "async": lambda: cm.Async(rule.concurrency, rule.buffer),
+        "window": lambda: cp.Window(rule.window),
+        "wait": cp.Wait,
+        "deadline": lambda: cp.Deadline(rule.deadline),
+        "overcommit": lambda: cp.Overcommit(rule.overcommit),
+        "async": lambda: cp.Async(rule.concurrency, rule.buffer),
     }[rule.policy]()
 
     def dist(w):
