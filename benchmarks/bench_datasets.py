@@ -192,7 +192,8 @@ def speed(clients: int, steps: int, reps: int, save: bool) -> list[dict]:
     import torch
 
     from fedsim.engine.threads import default_threads
-    from fedsim.engine.train import Task, auto_chunk, train_cohort
+    from fedsim.engine.chunking import auto_chunk
+    from fedsim.engine.train import Task, train_cohort
 
     spec = _spec(10)
     rows = []

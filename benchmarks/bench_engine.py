@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from fedsim.engine.threads import default_threads
-from fedsim.engine.train import Task, batch_indices, train_cohort
+from fedsim.engine.batches import batch_indices
+from fedsim.engine.train import Task, train_cohort
 from fedsim.runner.build import build_run
 from fedsim.scenario import parse_scenario
 

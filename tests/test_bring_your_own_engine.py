@@ -134,7 +134,7 @@ def test_per_client_buffers_are_each_clients_own_and_averaged_with_the_weights()
     sc = scenario()
     work = build_workload(sc, CPU, torch.float64, data=class_data(), model=bn_net)
     tasks = [Task(0, 1, 0), Task(2, 1, 0)]
-    from fedsim.engine.train import batch_indices
+    from fedsim.engine.batches import batch_indices
 
     res = train_cohort(work, spec(), dict(work.init_params), tasks, round_lr=0.1, seed=0, chunk=2)
     lin_w, lin_b = work.init_params["0.weight"], work.init_params["0.bias"]

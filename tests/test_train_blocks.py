@@ -6,7 +6,8 @@ import numpy as np
 import torch
 
 from fedsim.engine import train as T
-from fedsim.engine.train import BatchStream, Task, batch_indices, train_cohort
+from fedsim.engine.batches import BatchStream, batch_indices
+from fedsim.engine.train import Task, train_cohort
 
 from test_augment import _workload
 

@@ -15,7 +15,7 @@ from ..engine.async_run import AsyncEngine
 from ..engine.probe import check_ranks
 from ..engine.run import SyncEngine
 from ..engine.threads import set_threads, thread_budget
-from ..engine.train import auto_chunk
+from ..engine.chunking import auto_chunk
 from ..engine.workload import build_workload, resolve_device
 from ..scenario import Scenario
 from ..validate import check_compute_steps, check_device_available
