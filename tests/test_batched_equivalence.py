@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from fedsim.algorithms.algorithm import algorithm
 from fedsim.engine import chunking, dropout_plan, gradients
 from fedsim.engine import stacked as S
 from fedsim.engine import train as T
@@ -224,7 +225,7 @@ def test_chunks_are_balanced_and_sorted(mlp64, monkeypatch):
     monkeypatch.setattr(T, "_run_chunk", spy)
     spec = spec_for("fedavg")
     tasks = [Task(i, s, 0) for i, s in enumerate([2, 5, 1, 4, 3, 3, 1])]
-    train_cohort(mlp64, spec, dict(mlp64.init_params), tasks, round_lr=0.1, seed=0, chunk=5)
+    train_cohort(mlp64, algorithm(spec), dict(mlp64.init_params), tasks, round_lr=0.1, seed=0, chunk=5)
     assert seen == [[5, 4, 3, 3], [2, 1, 1]]
 
 
@@ -253,7 +254,7 @@ def test_vgg11_dropout_masks_do_not_depend_on_chunking():
     work.module.train()
     spec = replace(spec_for("fedavg"), batch_size=4)
     tasks = [Task(0, 2, 7), Task(1, 1, 7), Task(2, 2, 7)]  # unequal tau_i
-    runs = {chunk: train_cohort(work, spec, dict(work.init_params), tasks, round_lr=0.05, seed=3, chunk=chunk)
+    runs = {chunk: train_cohort(work, algorithm(spec), dict(work.init_params), tasks, round_lr=0.05, seed=3, chunk=chunk)
             for chunk in (1, 3)}
     assert sum(isinstance(m, KeyedDropout) for m in work.module.modules()) == 2
     close(runs[1].deltas, runs[3].deltas, 1e-10, "vgg11 deltas")

@@ -34,9 +34,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..algorithms.algorithm import Algorithm, algorithm
+from ..algorithms.algorithm import Algorithm
 from ..algorithms.lr import StepLrs
-from ..algorithms.spec import AlgoSpec
 from ..rng import seed_int, stream
 from .allocator import tune_allocator
 from .augment import augment_batch, augment_draws
@@ -67,7 +66,7 @@ PREGATHER_BYTES = 32 << 20
 
 def train_cohort(
     work: Workload,
-    spec: AlgoSpec,
+    alg: Algorithm,
     params: Tensors,
     tasks: Sequence[Task],
     *,
@@ -79,7 +78,8 @@ def train_cohort(
     vhat0: Tensors | None = None,
     buffers: Tensors | None = None,
 ) -> CohortResult:
-    """Run every task's local steps from ``params``; results come back in task order.
+    """Run every task's local steps of algorithm ``alg`` from ``params``; results come back in task
+    order.
 
     ``buffers``: the global model's buffers at the round's start (default the workload's initial
     ones); each client trains from its own copy and ``CohortResult.buffers`` holds their final
@@ -95,7 +95,7 @@ def train_cohort(
     function of (seed, client, key, step) only -- the same for any chunking or torchrun rank
     count. Models without dropout (or in eval mode) draw no noise.
     """
-    alg = algorithm(spec)  # the chains, built once per spec
+    spec = alg.spec
     n = len(tasks)
     if work.engine_path == "per_client":
         chunk = 1
@@ -119,7 +119,7 @@ def train_cohort(
     # rows come out in sorted order; one gather puts them back in task order
     back = torch.as_tensor(np.argsort(np.asarray(order)), device=work.x_train.device)
     deltas = {k: _cat([p[0][k] for p in pieces])[back] for k in params}
-    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in params} if spec.keeps_vhat else None
+    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in params} if alg.keeps_vhat else None
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
@@ -221,5 +221,5 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     done_st.reverse()
     final = {k: _cat([d[k] for d in done_x]) for k in params}
     deltas = {k: final[k] - params[k].unsqueeze(0) for k in params}
-    vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if spec.keeps_vhat else None
+    vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if alg.keeps_vhat else None
     return deltas, vhat, None if bufs is None else {k: v.unsqueeze(0) for k, v in bufs.items()}
