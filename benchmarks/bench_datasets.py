@@ -184,7 +184,7 @@ def _spec(batch_size: int):
 
     raw = dict(data=dict(name="digits", clients=4), model=dict(name="logreg"), round=dict(policy="window", window=5.0),
                algorithm=dict(name="fedavg", lr=0.01, batch_size=batch_size))
-    return dataclasses.replace(build_run(parse_scenario(raw)).engine.spec, batch_size=batch_size)
+    return dataclasses.replace(build_run(parse_scenario(raw)).engine.alg.spec, batch_size=batch_size)
 
 
 def speed(clients: int, steps: int, reps: int, save: bool) -> list[dict]:
@@ -192,9 +192,12 @@ def speed(clients: int, steps: int, reps: int, save: bool) -> list[dict]:
     import torch
 
     from fedsim.engine.threads import default_threads
-    from fedsim.engine.train import Task, auto_chunk, train_cohort
+    from fedsim.engine.chunking import auto_chunk
+    from fedsim.algorithms.algorithm import algorithm
+    from fedsim.engine.train import Task, train_cohort
 
     spec = _spec(10)
+    alg = algorithm(spec)
     rows = []
     for kind in ("leaf_cnn", "char_lstm"):
         fd = _federated(kind, clients, per_client=10 * steps)
@@ -209,12 +212,12 @@ def speed(clients: int, steps: int, reps: int, save: bool) -> list[dict]:
 
         def run(chunk):
             torch.set_num_threads(default_threads(work, chunk))
-            train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0, chunk=chunk)
+            train_cohort(work, alg, params, tasks, round_lr=spec.lr, seed=0, chunk=chunk)
 
         warm = [Task(0, 1, 1), Task(1, 1, 1)]
         for chunk in (1, 2):
             torch.set_num_threads(default_threads(work, chunk))
-            train_cohort(work, spec, params, warm, round_lr=spec.lr, seed=0, chunk=chunk)
+            train_cohort(work, alg, params, warm, round_lr=spec.lr, seed=0, chunk=chunk)
         times: dict[str, list[float]] = {m: [] for m in modes}
         errors: dict[str, str] = {}
         for _ in range(reps):

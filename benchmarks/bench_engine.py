@@ -36,7 +36,8 @@ import torch
 import torch.nn.functional as F
 
 from fedsim.engine.threads import default_threads
-from fedsim.engine.train import Task, batch_indices, train_cohort
+from fedsim.engine.batches import batch_indices
+from fedsim.engine.train import Task, train_cohort
 from fedsim.runner.build import build_run
 from fedsim.scenario import parse_scenario
 
@@ -91,7 +92,8 @@ def measure(case: str, reps: int, device: str) -> dict:
     raw, n, s, target = CASES[case]
     raw = dict(raw, round=WINDOW, engine=dict(device=device))
     sim = build_run(parse_scenario(raw)).engine
-    work, spec, params = sim.work, sim.spec, sim.params
+    work, alg, params = sim.work, sim.alg, sim.params
+    spec = alg.spec
     tasks = tasks_for(n, s)
     steps = sum(t.steps for t in tasks)
     cuda = work.x_train.device.type == "cuda"
@@ -110,11 +112,11 @@ def measure(case: str, reps: int, device: str) -> dict:
         return run
 
     runs = {
-        "auto": engine_threads(auto, lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,
+        "auto": engine_threads(auto, lambda: train_cohort(work, alg, params, tasks, round_lr=spec.lr, seed=0,
                                                           chunk=auto)),
-        "cohort": engine_threads(n, lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,
+        "cohort": engine_threads(n, lambda: train_cohort(work, alg, params, tasks, round_lr=spec.lr, seed=0,
                                                          chunk=n)),
-        "one": engine_threads(1, lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,
+        "one": engine_threads(1, lambda: train_cohort(work, alg, params, tasks, round_lr=spec.lr, seed=0,
                                                       chunk=1)),
         "torch_loop": engine_threads(1, lambda: torch_loop(work, spec, params, tasks, spec.lr, 0)),
     }
@@ -129,13 +131,13 @@ def measure(case: str, reps: int, device: str) -> dict:
                 fn()
             return run
 
-        runs["auto_allcores"] = with_cores(lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,
+        runs["auto_allcores"] = with_cores(lambda: train_cohort(work, alg, params, tasks, round_lr=spec.lr, seed=0,
                                                                 chunk=auto))
-        runs["one_allcores"] = with_cores(lambda: train_cohort(work, spec, params, tasks, round_lr=spec.lr, seed=0,
+        runs["one_allcores"] = with_cores(lambda: train_cohort(work, alg, params, tasks, round_lr=spec.lr, seed=0,
                                                                chunk=1))
     warm = [Task(0, 2, 1), Task(1, 1, 1)]  # touch every code path once
-    train_cohort(work, spec, params, warm, round_lr=spec.lr, seed=0, chunk=2)
-    train_cohort(work, spec, params, warm, round_lr=spec.lr, seed=0, chunk=1)
+    train_cohort(work, alg, params, warm, round_lr=spec.lr, seed=0, chunk=2)
+    train_cohort(work, alg, params, warm, round_lr=spec.lr, seed=0, chunk=1)
     torch_loop(work, spec, params, warm, spec.lr, 0)
     for fn in runs.values():  # steady state: every mode once at full size (first-touch page faults)
         fn()

@@ -7,7 +7,7 @@ wall time of the run (after imports) is split by wrapping, in this process only:
 
 * train -- ``train_cohort`` (local steps of the round's clients, minibatch indices, ||a_i||_1),
 * eval -- ``SyncEngine.evaluate`` (training objective and test metrics, every ``eval.every``),
-* clock -- drawing the next round plan, server -- ``server_apply`` (aggregation, server optimizer),
+* clock -- drawing the next round plan, server -- ``Algorithm.server_update`` (aggregation, server optimizer),
 * io -- run-folder writes (``TableWriter.write``: format, write, flush, fsync per round; the
   fsync part alone is ``fsync_s``),
 * other -- everything else (building data and model, bookkeeping rows, progress, checkpoints).
@@ -38,6 +38,7 @@ import torch
 
 def measure(rounds: int) -> dict:
     import fedsim.engine.run as R
+    from fedsim.algorithms.algorithm import Algorithm
     import fedsim.runner.clock as RC
     import fedsim.report.tables as TB
     from fedsim.runner import run as run_scenario
@@ -81,7 +82,7 @@ def measure(rounds: int) -> dict:
     patches = [(R, "train_cohort", timed("train", R.train_cohort)),
                (R, "train_cohort_sharded", timed("train", R.train_cohort_sharded)),
                (R.SyncEngine, "evaluate", timed("eval", R.SyncEngine.evaluate)),
-               (R, "server_apply", timed("server", R.server_apply)),
+               (Algorithm, "server_update", timed("server", Algorithm.server_update)),
                (TB.TableWriter, "write", timed("io", TB.TableWriter.write)),
                (RC, "Clock", TimedClock)]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in patches]

@@ -46,7 +46,8 @@ STALENESS: Registry = Registry("staleness rule", "algorithm.staleness")
 AVAILABILITY: Registry = Registry("availability model", "system.availability.model")
 SELECTORS: Registry = Registry("selection rule", "round.selection.name")
 
-#: kind -> registry (what ``fedsim.register(kind, name, obj)`` and the docs list).
+#: kind -> registry: the one table of them (``fedsim.register_<kind>``, the scenario's algorithm part
+#: fields and :func:`fedsim.algorithms.spec.part` look a kind up here).
 ALL = {
     "model": MODELS, "dataset": DATASETS, "algorithm": ALGORITHMS, "solver": SOLVERS, "correction": CORRECTIONS,
     "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS, "availability": AVAILABILITY,

@@ -18,22 +18,9 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .errors import ScenarioError
 
-__all__ = ["Registry", "RegistryError", "takes_option", "check_options", "call_factory", "generation"]
+__all__ = ["Registry", "RegistryError", "takes_option", "check_options", "call_factory"]
 
 T = TypeVar("T")
-
-_generation = 0
-
-
-def generation() -> int:
-    """How many registrations and removals every registry has seen: part of the key of each cache
-    of resolved pieces (``algorithm_spec``, ``algorithm``), so a ``replace=True`` takes effect."""
-    return _generation
-
-
-def _changed() -> None:
-    global _generation
-    _generation += 1
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 
@@ -82,13 +69,11 @@ class Registry(Generic[T]):
             self._items[name] = _Lazy(obj)
         else:
             self._items[name] = obj
-        _changed()
         return obj
 
     def unregister(self, name: str) -> None:
         """Remove ``name`` (a no-op when it is not registered)."""
-        if self._items.pop(name, None) is not None:
-            _changed()
+        self._items.pop(name, None)
 
     def get(self, name: str) -> T:
         """The piece registered as ``name``.

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from fedsim.algorithms.algorithm import algorithm
+from fedsim.algorithms.algorithm import Algorithm, algorithm
 from fedsim.algorithms.presets import PRESETS
-from fedsim.algorithms.server import server_init
 from fedsim.algorithms.spec import resolve
 from fedsim.engine.run import train_and_apply
 from fedsim.engine.train import Task
@@ -38,21 +37,27 @@ def spec_for(name, **over):
 
 def start(spec, work):
     params = {k: v.clone() for k, v in work.init_params.items()}
-    return params, server_init(spec, params)
+    return params, _alg(spec).init(params)
+
+
+def _alg(spec_or_alg) -> Algorithm:
+    return spec_or_alg if isinstance(spec_or_alg, Algorithm) else algorithm(spec_or_alg)
 
 
 def run_round(spec, work, params, state, steps, lr, *, chunk=None, weights=None, key=0):
-    """One round; ``steps[i]`` = tau_i of client i (clients with 0 steps do not report)."""
+    """One round of ``spec`` (an AlgoSpec or a built Algorithm); ``steps[i]`` = tau_i of client i
+    (clients with 0 steps do not report)."""
     tasks = [Task(i, int(s), key) for i, s in enumerate(steps) if s > 0]
     p = work.weights if weights is None else weights
     return train_and_apply(
-        work, spec, params, state, tasks, {t.client: float(p[t.client]) for t in tasks}, lr=lr, seed=0,
+        work, _alg(spec), params, state, tasks, {t.client: float(p[t.client]) for t in tasks}, lr=lr, seed=0,
         chunk=chunk or max(len(tasks), 1), client_p={i: float(q) for i, q in enumerate(work.weights)},
     )
 
 
 def run(spec, work, rounds, steps, lr, **kw):
     """``rounds`` rounds; ``steps`` is a list (every round) or a function of the round."""
+    spec = _alg(spec)  # built once for the whole run, as the engine does
     params, state = start(spec, work)
     for r in range(rounds):
         s = steps(r) if callable(steps) else steps

@@ -178,12 +178,12 @@ def test_engine_reports_exact_a_norm_and_decayed_steps():
     spec = spec_for("fednova", momentum=rho, lr_decay=gamma)
     x = {k: v.clone() for k, v in work.init_params.items()}
     tasks = [Task(0, 4, 0), Task(1, 9, 0), Task(2, 1, 0)]
-    res = train_cohort(work, spec, x, tasks, round_lr=lr, seed=0, chunk=2)
+    res = train_cohort(work, algorithm(spec), x, tasks, round_lr=lr, seed=0, chunk=2)
     for row, t in enumerate(tasks):
         assert float(res.a_norm[row]) == pytest.approx(numpy_a(t.steps, lr, rho=rho, gamma=gamma)[0].sum(), rel=1e-12)
     # plain decayed GD on 1/2||x - e||^2 from 0: Delta = (1 - prod_k (1 - lr gamma^k)) e
     spec = spec_for("fednova", lr_decay=gamma)
-    res = train_cohort(work, spec, x, tasks[:2], round_lr=lr, seed=0, chunk=2)
+    res = train_cohort(work, algorithm(spec), x, tasks[:2], round_lr=lr, seed=0, chunk=2)
     for row, t in enumerate(tasks[:2]):
         shrink = math.prod(1 - lr * gamma**k for k in range(t.steps))
         np.testing.assert_allclose(res.deltas["x"][row].numpy(), (1 - shrink) * work.x_train[t.client].numpy(), rtol=1e-13)

@@ -17,7 +17,7 @@ import yaml
 import fedsim.runner.execute as execute
 from fedsim.algorithms.asynchronous import Arrivals, NormState, async_apply, staleness_weight
 from fedsim.algorithms.algorithm import algorithm
-from fedsim.algorithms.server import RoundUpdate
+from fedsim.algorithms.state import RoundUpdate
 from fedsim.cli import main
 from fedsim.scenario import AlgorithmConfig, load_scenario
 from fedsim.algorithms.spec import resolve
@@ -72,7 +72,7 @@ def _local_sgd(x, e, lr, steps):
 # ---------------------------------------------------------------------------- staleness weights
 def test_staleness_weights_hand_values():
     def w(kind, s, **kw):
-        return staleness_weight(resolve(AlgorithmConfig(name="fedbuff", staleness=kind, **kw)), s)
+        return staleness_weight(algorithm(resolve(AlgorithmConfig(name="fedbuff", staleness=kind, **kw))), s)
 
     assert [w("constant", s) for s in (0, 1, 7)] == [1.0, 1.0, 1.0]
     assert [w("polynomial", s, staleness_exponent=0.5) for s in (0, 3, 8)] == [1.0, 0.5, 1 / 3]
@@ -93,14 +93,14 @@ def test_normalized_full_buffer_is_fednova_aggregation():
     a = torch.tensor([2.0, 5.0, 9.0], dtype=torch.float64)
     arr = Arrivals(deltas, None, p, torch.zeros(3, dtype=torch.float64), a)
     x = {"x": torch.zeros(4, dtype=torch.float64)}
-    got, _, norm, coef = async_apply(spec, x, {}, arr, NormState())
+    got, _, norm, coef = async_apply(algorithm(spec), x, {}, arr, NormState())
     upd = RoundUpdate(clients=(0, 1, 2), deltas=deltas, weights=p, a_norm=a, steps=a, lr=0.1, num_clients=3)
     torch.testing.assert_close(got["x"], algorithm(nova).aggregate(upd)["x"], rtol=0, atol=1e-15)
     assert norm.tau_eff == pytest.approx(float((p * a).sum()), abs=1e-15)
     torch.testing.assert_close(coef, p)
     # tau_eff is a running mean over every arrival: a later buffer of one job is still rescaled
     one = Arrivals({"x": deltas["x"][:1]}, None, p[:1], torch.zeros(1, dtype=torch.float64), a[:1])
-    got1, _, norm1, _ = async_apply(spec, x, {}, one, norm)
+    got1, _, norm1, _ = async_apply(algorithm(spec), x, {}, one, norm)
     assert norm1.tau_eff == pytest.approx((0.2 * 2 + 0.3 * 5 + 0.5 * 9 + 0.2 * 2) / 1.2)
     torch.testing.assert_close(got1["x"], deltas["x"][0] * norm1.tau_eff / 2.0, rtol=0, atol=1e-15)
 

@@ -155,10 +155,11 @@ def _workload(augment: bool):
 
 
 def _deltas(work, spec, chunk):
+    from fedsim.algorithms.algorithm import algorithm
     from fedsim.engine.train import Task, train_cohort
 
     tasks = [Task(0, 3, 5), Task(1, 2, 6), Task(2, 3, 7)]
-    res = train_cohort(work, spec, dict(work.init_params), tasks, round_lr=0.1, seed=3, chunk=chunk)
+    res = train_cohort(work, algorithm(spec), dict(work.init_params), tasks, round_lr=0.1, seed=3, chunk=chunk)
     return res.deltas
 
 

@@ -20,9 +20,16 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad_and_value, vmap
 
+from fedsim.algorithms.algorithm import algorithm
+from fedsim.engine import chunking, dropout_plan, gradients
+from fedsim.engine import stacked as S
 from fedsim.engine import train as T
-from fedsim.engine.train import Task, auto_chunk, cohort_grad, stacked_forward, train_cohort
+from fedsim.engine.chunking import auto_chunk
+from fedsim.engine.gradients import cohort_grad
+from fedsim.engine.stacked import stacked_forward
+from fedsim.engine.train import Task, train_cohort
 from fedsim.engine.workload import build_workload
+from fedsim.engine.workload_value import Workload
 from fedsim.scenario import parse_scenario
 
 from _algorithms_helpers import SYNC, run_round, spec_for, start
@@ -152,7 +159,7 @@ def test_dropout_is_independent_per_client():
     def predict(p, xb):
         return functional_call(module, p, (xb,))
 
-    work = T.Workload(
+    work = Workload(
         name="toy", x_train=x, y_train=y, x_test=None, y_test=None, client_indices=[], weights=np.ones(0),
         init_params={k: v.detach().clone() for k, v in module.named_parameters()},
         loss=lambda p, xb, yb: nn.functional.cross_entropy(predict(p, xb), yb), predict=predict, module=module,
@@ -198,10 +205,10 @@ def test_full_runs_same_model_for_any_clients_per_batch(tmp_path):
 
 def test_auto_chunk_rule(mlp64):
     cpu = torch.device("cpu")
-    assert auto_chunk(small_work("synthetic", "logreg", clients=3), cpu) == T.MAX_CHUNK
+    assert auto_chunk(small_work("synthetic", "logreg", clients=3), cpu) == chunking.MAX_CHUNK
     per = sum(v.numel() * v.element_size() for v in mlp64.init_params.values())
-    assert auto_chunk(mlp64, cpu) == min(T.MAX_CHUNK, T.CPU_CHUNK_BYTES // per)
-    assert auto_chunk(mlp64, cpu, threads=2) == min(T.MAX_CHUNK, 2 * T.CPU_CHUNK_BYTES // per)
+    assert auto_chunk(mlp64, cpu) == min(chunking.MAX_CHUNK, chunking.CPU_CHUNK_BYTES // per)
+    assert auto_chunk(mlp64, cpu, threads=2) == min(chunking.MAX_CHUNK, 2 * chunking.CPU_CHUNK_BYTES // per)
     cnn = small_work("cifar10", "cnn", torch.float32, clients=2, standin=True, n_train=16, n_test=4)
     assert auto_chunk(cnn, cpu) == 1
     assert auto_chunk(cnn, torch.device("cuda")) == 16
@@ -218,13 +225,14 @@ def test_chunks_are_balanced_and_sorted(mlp64, monkeypatch):
     monkeypatch.setattr(T, "_run_chunk", spy)
     spec = spec_for("fedavg")
     tasks = [Task(i, s, 0) for i, s in enumerate([2, 5, 1, 4, 3, 3, 1])]
-    train_cohort(mlp64, spec, dict(mlp64.init_params), tasks, round_lr=0.1, seed=0, chunk=5)
+    train_cohort(mlp64, algorithm(spec), dict(mlp64.init_params), tasks, round_lr=0.1, seed=0, chunk=5)
     assert seen == [[5, 4, 3, 3], [2, 1, 1]]
 
 
 def test_no_host_round_trip_in_the_step_loop():
     """The step loop and the gradient never move data to the host (.item/.cpu/.tolist/.numpy)."""
-    for fn in (T._run_chunk, T.cohort_grad, T.stacked_forward, T._StackedLinear.forward, T._StackedLinear.backward):
+    for fn in (T._run_chunk, gradients.cohort_grad, S.stacked_forward, S._StackedLinear.forward,
+               S._StackedLinear.backward):
         src = inspect.getsource(fn)
         if fn is T._run_chunk:
             src = src[src.index("for k in range(tmax)") : src.index("done_x.append(x)")]
@@ -246,15 +254,15 @@ def test_vgg11_dropout_masks_do_not_depend_on_chunking():
     work.module.train()
     spec = replace(spec_for("fedavg"), batch_size=4)
     tasks = [Task(0, 2, 7), Task(1, 1, 7), Task(2, 2, 7)]  # unequal tau_i
-    runs = {chunk: train_cohort(work, spec, dict(work.init_params), tasks, round_lr=0.05, seed=3, chunk=chunk)
+    runs = {chunk: train_cohort(work, algorithm(spec), dict(work.init_params), tasks, round_lr=0.05, seed=3, chunk=chunk)
             for chunk in (1, 3)}
     assert sum(isinstance(m, KeyedDropout) for m in work.module.modules()) == 2
     close(runs[1].deltas, runs[3].deltas, 1e-10, "vgg11 deltas")
     # same data, same model, two clients: their masks (hence gradients) differ
     params = {k: v.unsqueeze(0).expand((2,) + v.shape).clone() for k, v in work.init_params.items()}
     xb, yb = work.x_train[:4].expand(2, *work.x_train[:4].shape), work.y_train[:4].expand(2, 4)
-    sites = T.dropout_plan(work)
-    size = T.noise_size(sites, 4)
+    sites = dropout_plan.dropout_plan(work)
+    size = dropout_plan.noise_size(sites, 4)
     noise = torch.stack([torch.rand(size, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
                          for s in (1, 2)])
     g, _ = cohort_grad(work, sites)(params, xb, yb, noise)
@@ -262,4 +270,4 @@ def test_vgg11_dropout_masks_do_not_depend_on_chunking():
     g1, _ = cohort_grad(work, sites)({k: v[1:] for k, v in params.items()}, xb[1:], yb[1:], noise[1:])
     close({k: v[1:] for k, v in g.items()}, g1, 1e-10, "client 1 alone")
     work.module.eval()  # dropout off: no noise drawn, the same model for any masks
-    assert T.dropout_plan(work) is None
+    assert dropout_plan.dropout_plan(work) is None

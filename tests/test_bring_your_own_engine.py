@@ -25,7 +25,7 @@ import torch
 import yaml
 from torch import nn
 
-from fedsim.algorithms.server import server_init
+from fedsim.algorithms.algorithm import algorithm
 from fedsim.algorithms.spec import resolve
 from fedsim.data.federated import FederatedData
 from fedsim.engine import evaluate
@@ -109,7 +109,7 @@ def test_lstm_is_refused_by_vmap_and_runs_per_client():
     work = build_workload(scenario(4), CPU, torch.float32, data=data, model=lambda s, k: CharLSTM())
     assert work.engine_path == "per_client"
     assert work.x_train.dtype == torch.int64 and work.y_train.shape == (20, 7)
-    res = train_cohort(work, spec(), dict(work.init_params), [Task(0, 2, 0), Task(1, 3, 0)], round_lr=0.1, seed=0, chunk=8)
+    res = train_cohort(work, algorithm(spec()), dict(work.init_params), [Task(0, 2, 0), Task(1, 3, 0)], round_lr=0.1, seed=0, chunk=8)
     assert all(torch.isfinite(d).all() for d in res.deltas.values())
 
 
@@ -121,7 +121,7 @@ def test_forced_paths_give_the_same_deltas():
     for path in ("batched", "per_client"):
         w = probe(work, 4, path=path)
         assert w.engine_path == path
-        res = train_cohort(w, spec(momentum=0.5), dict(w.init_params), tasks, round_lr=0.1, seed=0, chunk=6)
+        res = train_cohort(w, algorithm(spec(momentum=0.5)), dict(w.init_params), tasks, round_lr=0.1, seed=0, chunk=6)
         out[path] = res.deltas
     for k in out["batched"]:
         a, b = out["batched"][k], out["per_client"][k]
@@ -134,9 +134,9 @@ def test_per_client_buffers_are_each_clients_own_and_averaged_with_the_weights()
     sc = scenario()
     work = build_workload(sc, CPU, torch.float64, data=class_data(), model=bn_net)
     tasks = [Task(0, 1, 0), Task(2, 1, 0)]
-    from fedsim.engine.train import batch_indices
+    from fedsim.engine.batches import batch_indices
 
-    res = train_cohort(work, spec(), dict(work.init_params), tasks, round_lr=0.1, seed=0, chunk=2)
+    res = train_cohort(work, algorithm(spec()), dict(work.init_params), tasks, round_lr=0.1, seed=0, chunk=2)
     lin_w, lin_b = work.init_params["0.weight"], work.init_params["0.bias"]
     for row, t in enumerate(tasks):
         idx = torch.as_tensor(batch_indices(work, 0, t, 4)[0])

@@ -100,6 +100,7 @@ def _free_port() -> int:
 def _sharded_worker(rank, port, out_dir):
     import torch.distributed as dist
 
+    from fedsim.algorithms.algorithm import algorithm
     from fedsim.algorithms.spec import resolve
     from fedsim.engine import distributed as D
     from fedsim.engine.train import Task, train_cohort
@@ -114,8 +115,8 @@ def _sharded_worker(rank, port, out_dir):
     spec = resolve(AlgorithmConfig(name="localadam", batch_size=3))
     tasks = [Task(i, s, 0) for i, s in enumerate([2, 5, 1, 4, 3, 3])]
     kw = dict(round_lr=0.01, seed=0, chunk=4)
-    got = D.train_cohort_sharded(work, spec, dict(work.init_params), tasks, **kw)
-    ref = train_cohort(work, spec, dict(work.init_params), tasks, **kw)
+    got = D.train_cohort_sharded(work, algorithm(spec), dict(work.init_params), tasks, **kw)
+    ref = train_cohort(work, algorithm(spec), dict(work.init_params), tasks, **kw)
     mine = D.lpt_assign([t.steps for t in tasks], 2)[rank]
     ok = (len(mine) > 0 and got.clients == ref.clients and torch.equal(got.a_norm, ref.a_norm)
           and all(torch.equal(got.deltas[k], ref.deltas[k]) for k in ref.deltas)

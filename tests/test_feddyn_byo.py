@@ -140,13 +140,14 @@ def test_a_registered_solver_whose_state_changes_shape_is_one_line_before_the_ru
 
 
 def test_unknown_part_names_list_the_known_ones():
-    from fedsim.algorithms.spec import SpecError
+    from fedsim.errors import ScenarioError
 
     ALGORITHMS.register("typo_t", {"correction": "scafold"})
     try:
-        with pytest.raises(SpecError) as err:
+        with pytest.raises(ScenarioError) as err:
             resolve(AlgorithmConfig(name="typo_t"))
         assert str(err.value) == ("algorithm.correction: unknown correction 'scafold'; known: fedcm, lada, none, "
                                   "nova_vr, scaffold, vrlsgd")
+        assert type(err.value) is ScenarioError  # the registry's one error, not a second kind
     finally:
         ALGORITHMS.unregister("typo_t")

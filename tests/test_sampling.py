@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from fedsim.algorithms.algorithm import algorithm
-from fedsim.algorithms.server import RoundUpdate
+from fedsim.algorithms.state import RoundUpdate
 
 from _algorithms_helpers import spec_for
 

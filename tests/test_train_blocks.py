@@ -6,7 +6,9 @@ import numpy as np
 import torch
 
 from fedsim.engine import train as T
-from fedsim.engine.train import BatchStream, Task, batch_indices, train_cohort
+from fedsim.algorithms.algorithm import algorithm
+from fedsim.engine.batches import BatchStream, batch_indices
+from fedsim.engine.train import Task, train_cohort
 
 from test_augment import _workload
 
@@ -32,10 +34,10 @@ def test_batch_stream_in_blocks_equals_all_at_once():
 
 def test_block_size_does_not_change_training(monkeypatch):
     _, work, spec = _workload(True)  # augmentation on: its draws are read in blocks too
-    ref = train_cohort(work, spec, dict(work.init_params), TASKS, round_lr=0.1, seed=3, chunk=3)
+    ref = train_cohort(work, algorithm(spec), dict(work.init_params), TASKS, round_lr=0.1, seed=3, chunk=3)
     per_step = 3 * 8 * work.x_train[0].numel() * work.x_train.element_size()
     for span in (1, 3, 5):
         monkeypatch.setattr(T, "PREGATHER_BYTES", span * per_step)
-        got = train_cohort(work, spec, dict(work.init_params), TASKS, round_lr=0.1, seed=3, chunk=3)
+        got = train_cohort(work, algorithm(spec), dict(work.init_params), TASKS, round_lr=0.1, seed=3, chunk=3)
         for k in ref.deltas:
             assert torch.equal(got.deltas[k], ref.deltas[k]), (span, k)

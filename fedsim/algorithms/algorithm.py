@@ -1,6 +1,7 @@
 """An algorithm as a value: the chains of one resolved :class:`AlgoSpec`, built once, clock-free.
 
-``Algorithm.build(spec)`` (cached: :func:`algorithm`) assembles the pieces of ``transforms.py``:
+``Algorithm.build(spec)`` (also :func:`algorithm`) looks every part of the spec up in its registry
+once (:class:`Parts`) and assembles the pieces of ``transforms.py``:
 
     local  (SGD family): clip -> weight decay -> correction -> momentum trace -> prox -> amend
     local  (Adam/AMSGrad): clip -> weight decay -> correction -> prox -> Adam/AMSGrad scaling -> amend
@@ -10,11 +11,31 @@
     server: aggregate (avg | nova) -> [momentum trace | Adam/Yogi/Adagrad scaling] -> eta_g; x <- x + u
 
 and drives them: ``init`` (server state), ``client_step`` / ``client_update`` (local training of
-stacked clients on any gradient oracle), ``a_norm`` (the shadow run), ``server_update``. Every part
-is looked up by name in its registry (:mod:`fedsim.algorithms.parts`, :mod:`fedsim.registries`):
-fedsim's own parts and a user's go through the same lookups. The engine uses the same object
-(``engine/train.py``; the server side through ``server.py``). docs/algorithms.md gives the
+stacked clients on any gradient oracle), ``correction`` (a client's additive correction),
+``a_norm`` (the shadow run), ``server_update``. The parts are looked up by name in their
+registries (:mod:`fedsim.algorithms.parts`, :mod:`fedsim.registries`) when the algorithm is built
+and never again: fedsim's own parts and a user's go through the same lookups, and a part
+registered again with ``replace=True`` is used by the next algorithm built. The engine holds the
+run's one ``Algorithm`` (``engine/run.py``, ``engine/train.py``). docs/algorithms.md gives the
 equations and citations, docs/extending.md the contract of the parts.
+
+The server side of a synchronous round (``server_update``). Aggregation (``aggregate.py``; Wang
+et al. 2020, eq. (7)), with the weights w_i of the clients that reported:
+
+    avg:  d = sum_i w_i Delta_i
+    nova: d = tau_eff * sum_i w_i Delta_i / ||a_i||_1,   tau_eff = sum_i w_i ||a_i||_1 (or tau_i)
+
+Server optimizer on the pseudo-gradient d (Reddi et al. 2021; Hsu et al. 2019), no bias correction:
+    sgd:      x += eta_g d
+    momentum: v = beta v + d;            x += eta_g v       (avg: FedAvgM, Hsu et al. 2019)
+              v = beta (eta_t / eta_{t-1}) v + d; x += eta_g v  (nova: FedNova's hybrid momentum,
+              the buffer b = v / eta_t kept in gradient units: b = beta b + d / eta_t, x += eta_g eta_t b;
+              eta_t the round's local lr, so the two rules differ only after an lr change)
+    adam:     m = b1 m + (1-b1) d; v = b2 v + (1-b2) d^2;                 x += eta_g m/(sqrt(v)+eps)
+    yogi:     m as adam; v = v - (1-b2) d^2 sign(v - d^2);               x += eta_g m/(sqrt(v)+eps)
+    adagrad:  m as adam; v = v + d^2;                                      x += eta_g m/(sqrt(v)+eps)
+
+Persistent state (control variates, global direction, shared v_hat): ``state.py``.
 
 Driving one round by hand (tests, notebooks)::
 
@@ -28,40 +49,55 @@ Driving one round by hand (tests, notebooks)::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
 from . import transforms as T
 from .lr import StepLrs
-from .spec import AlgoSpec, part
+from .spec import PART_KINDS, AlgoSpec, part
 from .state import RoundUpdate, ServerState, shared_vhat
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["Algorithm", "algorithm", "masked"]
+__all__ = ["Algorithm", "Parts", "algorithm", "masked"]
 
 
-def local_pieces(spec: AlgoSpec) -> tuple[T.Transform, ...]:
+@dataclass(frozen=True)
+class Parts:
+    """The registered parts a spec names, looked up once (:mod:`fedsim.algorithms.parts`)."""
+
+    solver: Any  # parts.Solver
+    correction: Any  # parts.Correction
+    aggregation: Any  # parts.Aggregation
+    server_opt: Any  # parts.ServerOpt
+    staleness: Any  # parts.StalenessRule
+
+    @classmethod
+    def of(cls, spec: AlgoSpec) -> "Parts":
+        """Each part ``spec`` names, from its registry (an unknown name: the registry's one-line
+        error naming the field)."""
+        return cls(*(part(kind, getattr(spec, kind)) for kind in PART_KINDS))
+
+
+def local_pieces(spec: AlgoSpec, parts: Parts) -> tuple[T.Transform, ...]:
     """The local solver's pieces, in order: clip -> weight decay -> the correction's ``before``
-    pieces -> the solver's (registered as ``spec.solver``) -> the correction's ``after`` pieces."""
-    corr = part("correction", spec.correction)
+    pieces -> the solver's -> the correction's ``after`` pieces."""
+    corr = parts.correction
     p: list[T.Transform] = []
     if spec.clip_norm is not None:
         p.append(T.clip_by_client_norm(spec.clip_norm))
     if spec.weight_decay:
         p.append(T.add_weight_decay(spec.weight_decay))
     p.extend(corr.before(spec))
-    p.extend(part("solver", spec.solver).build(spec))
+    p.extend(parts.solver.build(spec))
     p.extend(corr.after(spec))
     return tuple(p)
 
 
-def server_chain(spec: AlgoSpec) -> T.Transform:
-    """The server optimizer on the pseudo-gradient d (registered as ``spec.server_opt``); its
-    output is added to x."""
-    return part("server_opt", spec.server_opt).build(spec)
+def server_chain(spec: AlgoSpec, parts: Parts) -> T.Transform:
+    """The server optimizer on the pseudo-gradient d; its output is added to x."""
+    return parts.server_opt.build(spec)
 
 
 def masked(mask: torch.Tensor, new: Tensors, old: Tensors) -> Tensors:
@@ -71,19 +107,39 @@ def masked(mask: torch.Tensor, new: Tensors, old: Tensors) -> Tensors:
 
 @dataclass(frozen=True)
 class Algorithm:
-    """The chains of one resolved spec (see the module docstring)."""
+    """The parts and chains of one resolved spec (see the module docstring)."""
 
     spec: AlgoSpec
+    parts: Parts
+    pieces: tuple[T.Transform, ...]  # the local chain's pieces, in order
     local: T.Transform
     shadow: T.Transform
     server: T.Transform
     aggregate: Callable[[RoundUpdate], Tensors]
+    staleness: Callable[[float], float]  # w(s), the asynchronous staleness weight
 
     @classmethod
     def build(cls, spec: AlgoSpec) -> "Algorithm":
-        pieces = local_pieces(spec)
-        agg = part("aggregation", spec.aggregation).build(spec)
-        return cls(spec, T.chain(*pieces), T.shadow(*pieces), server_chain(spec), agg)
+        """Look every part of ``spec`` up (once) and build its chains."""
+        parts = Parts.of(spec)
+        pieces = local_pieces(spec, parts)
+        return cls(spec, parts, pieces, T.chain(*pieces), T.shadow(*pieces), server_chain(spec, parts),
+                   parts.aggregation.build(spec), parts.staleness.build(spec))
+
+    @property
+    def adaptive(self) -> bool:
+        """The local solver is not linear in the gradients (Adam family): ||a_i||_1 is tau_i."""
+        return not self.parts.solver.linear
+
+    @property
+    def keeps_vhat(self) -> bool:
+        """The local solver keeps an AMSGrad v_hat (returned per client, seeded by the server's)."""
+        return self.parts.solver.keeps_vhat
+
+    @property
+    def uses_control_variates(self) -> bool:
+        """The correction keeps per-client control variates (a client uploads twice the model)."""
+        return self.parts.correction.control_variates
 
     def check(self, params: Tensors) -> None:
         """Run each local piece and the server optimizer once on ``params``'s shapes (one client
@@ -93,7 +149,7 @@ class Algorithm:
         stacked = {k: v.unsqueeze(0).clone() for k, v in params.items()}
         zeros = {k: torch.zeros_like(v) for k, v in stacked.items()}
         ctx = T.Context(stacked, zeros, zeros, zeros)
-        for i, piece in enumerate(local_pieces(self.spec)):
+        for i, piece in enumerate(self.pieces):
             T.check_transform(piece, stacked, ctx, what=f"algorithm: local piece {i + 1} ({piece.name or 'transform'})")
         one = torch.ones(1, dtype=torch.float64)
         upd = RoundUpdate(clients=(0,), deltas=zeros, weights=one, a_norm=one, steps=one, lr=self.spec.lr, num_clients=1)
@@ -114,7 +170,7 @@ class Algorithm:
     def correction(self, state: ServerState, client: int, like: Tensors) -> Tensors | None:
         """Client ``client``'s additive gradient correction for the round (the registered
         correction's ``client`` rule; SCAFFOLD: c - c_i, unseen c_i = 0), or None."""
-        rule = part("correction", self.spec.correction).client
+        rule = self.parts.correction.client
         return None if rule is None else rule(state, client, like)
 
     def a_norm(self, steps: Sequence[int] | torch.Tensor, lr_ratios, lr: float | None = None) -> torch.Tensor:
@@ -122,7 +178,7 @@ class Algorithm:
         round's lr ratios; ||a_i||_1 = -x / lr after tau_i steps (FedNova eq. (6)). tau_i for the
         adaptive solvers, which are not linear in the gradients."""
         steps_t = torch.as_tensor(steps, dtype=torch.float64)
-        if self.spec.adaptive:
+        if self.adaptive:
             return steps_t.clone()
         if self.spec.mu > 0 and lr is None:
             raise ValueError("a_norm: lr is needed when mu > 0 (the prox factor is 1 - lr * mu)")
@@ -184,14 +240,13 @@ class Algorithm:
             weights=torch.tensor([float(weights[i]) for i in ids], dtype=torch.float64),
             a_norm=self.a_norm(tau.tolist(), lrs.ratios(), lr=lr), steps=tau.double(), lr=lr,
             num_clients=len(steps), client_p={i: float(q) for i, q in enumerate(p)},
-            vhat={k: st["vhat." + k] for k in params} if self.spec.keeps_vhat else None,
+            vhat={k: st["vhat." + k] for k in params} if self.keeps_vhat else None,
         )
 
     # -- server ----------------------------------------------------------------------------------
     def init(self, params: Tensors) -> ServerState:
         """Zero moments, zero control variates, zero global direction (round 1 of FedCM/FedLADA)."""
-
-        corr = part("correction", self.spec.correction)
+        corr = self.parts.correction
         fields = corr.init(params, self.spec) if corr.init is not None else {}
         return ServerState(opt=self.server.init(params, None), **fields)
 
@@ -211,7 +266,7 @@ class Algorithm:
         ratio = upd.lr / state.lr if state.lr is not None and upd.lr != state.lr else 1.0
         new_params, opt = self.server_step(params, d, state.opt, ratio, upd)
         new = replace(state, opt=opt, version=state.version + 1, lr=upd.lr)
-        rule = part("correction", spec.correction).server
+        rule = self.parts.correction.server
         if rule is not None:  # control variates, global direction, ...
             new = rule(new, upd, d, spec)
         if spec.share_vhat and upd.vhat is not None:
@@ -220,13 +275,6 @@ class Algorithm:
 
 
 def algorithm(spec: AlgoSpec) -> Algorithm:
-    """``Algorithm.build(spec)``, built once per spec and registry generation (a part registered
-    again with ``replace=True`` is used, :func:`fedsim.registry.generation`)."""
-    from ..registry import generation
-
-    return _algorithm(spec, generation())
-
-
-@lru_cache(maxsize=64)
-def _algorithm(spec: AlgoSpec, generation: int) -> Algorithm:
+    """``Algorithm.build(spec)``: a new algorithm, every part looked up now (a part registered again
+    with ``replace=True`` is the one used)."""
     return Algorithm.build(spec)

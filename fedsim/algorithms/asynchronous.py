@@ -43,8 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from .aggregate import weighted_sum
-from .algorithm import algorithm
-from .spec import AlgoSpec, part
+from .algorithm import Algorithm
 from .transforms import bcast
 
 Tensors = dict[str, torch.Tensor]
@@ -112,16 +111,17 @@ class FedAsync:
         return {k: weighted_sum(coef, starts[k] + deltas[k] - params[k].unsqueeze(0)) for k in params}
 
 
-def async_rule(spec: AlgoSpec) -> FedBuff | FedAsync:
-    """The asynchronous rule of ``spec`` (``FedBuff`` or ``FedAsync``), its staleness weight the
-    rule registered as ``spec.staleness`` (:data:`fedsim.registries.STALENESS`)."""
-    w = part("staleness", spec.staleness).build(spec)
-    return FedAsync(w, spec.mixing) if spec.asynchronous == "fedasync" else FedBuff(w)
+def async_rule(alg: Algorithm) -> FedBuff | FedAsync:
+    """The asynchronous rule of ``alg`` (``FedBuff`` or ``FedAsync``), its staleness weight the
+    rule registered as ``alg.spec.staleness`` (:data:`fedsim.registries.STALENESS`, built once
+    with the algorithm: ``alg.staleness``)."""
+    spec = alg.spec
+    return FedAsync(alg.staleness, spec.mixing) if spec.asynchronous == "fedasync" else FedBuff(alg.staleness)
 
 
-def staleness_weight(spec: AlgoSpec, s: int | float) -> float:
-    """w(s) of ``spec.staleness`` (built-in: constant | polynomial | hinge) for staleness ``s >= 0``."""
-    return async_rule(spec).staleness(s)
+def staleness_weight(alg: Algorithm, s: int | float) -> float:
+    """w(s) of ``alg.spec.staleness`` (built-in: constant | polynomial | hinge) for staleness ``s >= 0``."""
+    return alg.staleness(s)
 
 
 @dataclass(frozen=True)
@@ -150,26 +150,26 @@ class NormState:
         return self.pa_sum / self.p_sum if self.p_sum > 0 else 0.0
 
 
-def async_coefficients(spec: AlgoSpec, weights: torch.Tensor, staleness: torch.Tensor) -> torch.Tensor:
+def async_coefficients(alg: Algorithm, weights: torch.Tensor, staleness: torch.Tensor) -> torch.Tensor:
     """Per-job coefficient c_k (float64): FedBuff q_k w(s_k); FedAsync mixing q_k w(s_k) (= a_s).
 
     A buffer whose clients all have p_k = 0 gets all-zero coefficients (no change), as a
     synchronous round in which only zero-weight clients reported.
     """
-    return async_rule(spec).coefficients(weights, staleness)
+    return async_rule(alg).coefficients(weights, staleness)
 
 
 def async_apply(
-    spec: AlgoSpec, params: Tensors, opt: Tensors, arr: Arrivals, norm: NormState
+    alg: Algorithm, params: Tensors, opt: Tensors, arr: Arrivals, norm: NormState
 ) -> tuple[Tensors, Tensors, NormState, torch.Tensor]:
-    """One asynchronous server update; returns (params, optimizer state, norm state, c_k)."""
-    rule = async_rule(spec)
+    """One asynchronous server update of ``alg``; returns (params, optimizer state, norm state, c_k)."""
+    rule = async_rule(alg)
     coef = rule.coefficients(arr.weights, arr.staleness)
     deltas = arr.deltas
-    if spec.normalize_async:
+    if alg.spec.normalize_async:
         norm = norm.add(arr)
         scale = norm.tau_eff / arr.a_norm
         deltas = {k: d * bcast(scale.to(device=d.device, dtype=d.dtype), d) for k, d in deltas.items()}
     d = rule.pseudo_gradient(params, arr.starts, deltas, coef)
-    new_params, new_opt = algorithm(spec).server_step(params, d, opt)
+    new_params, new_opt = alg.server_step(params, d, opt)
     return new_params, new_opt, norm, coef

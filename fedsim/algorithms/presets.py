@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-__all__ = ["PRESETS", "BASE", "preset"]
+__all__ = ["PRESETS", "BASE"]
 
 #: The parts every preset starts from (a synchronous FedAvg).
 BASE = MappingProxyType(dict(
@@ -76,13 +76,3 @@ PRESETS = MappingProxyType(
         "fedasync": _p(asynchronous="fedasync"),
     }
 )
-
-
-def preset(name: str):
-    """The registered preset ``name`` (fedsim's or a user's) over ``BASE``; raises KeyError listing
-    the known names."""
-    from ..registries import ALGORITHMS
-
-    if name not in ALGORITHMS:
-        raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(ALGORITHMS.names())}")
-    return MappingProxyType({**BASE, **ALGORITHMS.get(name)})

@@ -6,40 +6,40 @@ only sensible reading (``solver: sgd`` on ``fedlada`` turns its ``lada`` amendme
 and drops ``share_vhat``; ``server_momentum`` on a plain-SGD server turns it into ``momentum``;
 ``amend`` on an algorithm without a correction adds the amended direction). A combination that
 makes no sense raises :class:`SpecError` naming the key the user set (``algorithm.x: ...``),
-which the scenario loader turns into exit status 2.
+which the scenario loader turns into exit status 2. A name no registry knows is the registry's own
+one-line error (:meth:`fedsim.registry.Registry.get`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import ScenarioError
 from .lr import round_lr
 from .presets import BASE
 
-__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION", "OVERRIDABLE", "part"]
+__all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION", "OVERRIDABLE", "PART_KINDS",
+           "part"]
 
 #: Built-in corrections that keep per-client control variates (SCAFFOLD family).
 CONTROL_VARIATES = ("scaffold", "vrlsgd", "nova_vr")
 #: Built-in corrections that amend the local step with the server's global direction.
 GLOBAL_DIRECTION = ("fedcm", "lada")
 
-#: AlgoSpec field -> registry attribute of :mod:`fedsim.registries`.
-_REGISTRY = {"solver": "SOLVERS", "correction": "CORRECTIONS", "aggregation": "AGGREGATIONS",
-             "server_opt": "SERVER_OPTS", "staleness": "STALENESS"}
+#: The kinds of algorithm part: each an AlgoSpec field naming a part, and the key of its registry in
+#: :data:`fedsim.registries.ALL`.
+PART_KINDS = ("solver", "correction", "aggregation", "server_opt", "staleness")
 
 
 def part(kind: str, name: str):
-    """The registered part ``name`` of ``kind`` (``solver``, ``correction``, ``aggregation``,
-    ``server_opt``, ``staleness``); an unknown name is a :class:`SpecError` listing the known ones."""
-    from .. import registries
+    """The part registered as ``name`` in the registry of ``kind`` (one of :data:`PART_KINDS`); an
+    unknown name is the registry's :class:`~fedsim.errors.ScenarioError` listing the known ones."""
+    from ..registries import ALL
 
-    reg = getattr(registries, _REGISTRY[kind])
-    if name not in reg:
-        raise SpecError(f"algorithm.{kind}", f"unknown {reg.kind} {name!r}; known: {', '.join(reg.names())}")
-    return reg.get(name)
+    return ALL[kind].get(name)
 
 
-class SpecError(ValueError):
+class SpecError(ScenarioError):
     """A combination that makes no sense; ``path`` names the offending key."""
 
     def __init__(self, path: str, msg: str):
@@ -127,8 +127,6 @@ def resolve(cfg) -> AlgoSpec:
     :data:`~fedsim.algorithms.presets.BASE`) and check the combination."""
     from ..registries import ALGORITHMS
 
-    if cfg.name not in ALGORITHMS:
-        raise SpecError("algorithm.name", f"unknown algorithm {cfg.name!r}; known: {', '.join(ALGORITHMS.names())}")
     base = dict(BASE)
     preset = ALGORITHMS.get(cfg.name)
     unknown = sorted(set(preset) - set(BASE))

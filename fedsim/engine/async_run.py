@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from ..algorithms.asynchronous import Arrivals, NormState, async_apply
-from ..algorithms.server import ServerState
+from ..algorithms.state import ServerState
 from ..clock.plan import RoundPlan
 from ..records import ClientRecord, RoundRecord
 from . import distributed
@@ -73,7 +73,8 @@ class AsyncEngine(SyncEngine):
 
     def step(self, plan: RoundPlan) -> tuple[RoundRecord, list[ClientRecord]]:
         """Execute one server update; returns its round record (not evaluated) and client records."""
-        spec, work = self.spec, self.work
+        alg, work = self.alg, self.work
+        spec = alg.spec
         if plan.round != self.server.version:
             raise RuntimeError(f"async plan {plan.round} does not follow server version {self.server.version}")
         done = [j for j in plan.jobs if j.status == "completed" and j.steps > 0]
@@ -104,7 +105,7 @@ class AsyncEngine(SyncEngine):
             # torchrun: every rank holds the same plan, so the groups (and collectives) match
             train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
             res = train(
-                work.for_clients([t.client for t in tasks]), spec, x_v, tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
+                work.for_clients([t.client for t in tasks]), alg, x_v, tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
             )
             for row, i in enumerate(idx):
                 a_norm[i] = res.a_norm[row]
@@ -120,7 +121,7 @@ class AsyncEngine(SyncEngine):
                 staleness=torch.tensor([j.staleness for j in done], dtype=torch.float64),
                 a_norm=a_norm,
             )
-            self.params, opt, self.norm, coef = async_apply(spec, self.params, self.server.opt, arr, self.norm)
+            self.params, opt, self.norm, coef = async_apply(alg, self.params, self.server.opt, arr, self.norm)
             self.server = replace(self.server, opt=opt)
         self.server = replace(self.server, version=self.server.version + 1)
         self.versions[self.server.version] = self.params
@@ -155,8 +156,8 @@ class AsyncEngine(SyncEngine):
         tasks = [Task(c, steps, key) for c, key, steps in started]
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
         res = train(
-            self.work.for_clients([t.client for t in tasks]), self.spec, self.versions[v], tasks,
-            round_lr=self.spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
+            self.work.for_clients([t.client for t in tasks]), self.alg, self.versions[v], tasks,
+            round_lr=self.alg.spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
         )
         for row, t in enumerate(tasks):
             self.trained[t.key] = ({k: res.deltas[k][row] for k in self.params}, float(res.a_norm[row]))

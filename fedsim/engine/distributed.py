@@ -132,7 +132,7 @@ def _collective_device() -> torch.device | None:
 
 def train_cohort_sharded(
     work,
-    spec,
+    alg,
     params: Tensors,
     tasks: Sequence[Task],
     *,
@@ -150,19 +150,19 @@ def train_cohort_sharded(
     """
     rank, size = world()
     if size == 1:
-        return train_cohort(work, spec, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
+        return train_cohort(work, alg, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
     n = len(tasks)
     if n == 0:
-        return train_cohort(work, spec, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
+        return train_cohort(work, alg, params, tasks, round_lr=round_lr, seed=seed, chunk=chunk, **kw)
     if work.buffers:
         from ..errors import ScenarioError
 
         raise ScenarioError("model: a model with buffers (BatchNorm statistics) is not supported under torchrun yet")
     groups = lpt_assign([float(t.steps) for t in tasks], size)
     mine = groups[rank]
-    local = train_cohort(work, spec, params, [tasks[j] for j in mine], round_lr=round_lr, seed=seed, chunk=chunk, **kw)
+    local = train_cohort(work, alg, params, [tasks[j] for j in mine], round_lr=round_lr, seed=seed, chunk=chunk, **kw)
     names = list(params)
-    with_vhat = spec.keeps_vhat
+    with_vhat = alg.keeps_vhat
     dev = next(iter(params.values())).device
     dtype = next(iter(params.values())).dtype
     sizes = [params[k].numel() for k in names]

@@ -62,7 +62,7 @@ def probe(work: Workload, batch_size: int, *, path: str | None = None) -> Worklo
         return work
     if path is not None and path not in PATHS:
         raise ValueError(f"probe: path must be one of {PATHS}, got {path!r}")
-    from .train import cohort_grad
+    from .gradients import cohort_grad
 
     client, xb, yb = _first_batch(work, batch_size)
     devices = [work.x_train.device] if work.x_train.device.type == "cuda" else []

@@ -13,9 +13,9 @@ from functools import cached_property
 import numpy as np
 import torch
 
-from ..algorithms.server import RoundUpdate, ServerState, client_correction, server_apply
-from ..algorithms.spec import AlgoSpec
-from ..clock.plan import RoundPlan
+from ..algorithms.algorithm import Algorithm
+from ..algorithms.state import RoundUpdate, ServerState
+from ..clock.plan import STATUSES, RoundPlan, aggregation_weights
 from ..records import ClientRecord, RoundRecord
 from . import distributed
 from .distributed import train_cohort_sharded
@@ -25,22 +25,22 @@ from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["SyncEngine", "round_weights", "to_device", "average_buffers", "train_and_apply"]
+__all__ = ["SyncEngine", "to_device", "average_buffers", "train_and_apply"]
 
 
-def round_weights(plan: RoundPlan) -> dict[int, float]:
-    """Aggregation weight w_i per completed client.
-
-    The clock's raw sampling weights (docs/algorithms.md) of selected clients that did not
-    report are redistributed over those that did, in proportion to their raw weights.
-    """
-    selected = [j for j in plan.jobs if j.status != "offline"]
-    done = [j for j in selected if j.status == "completed" and j.steps > 0]
-    s_sel = sum(j.weight for j in selected)
-    s_done = sum(j.weight for j in done)
-    if s_done <= 0:
+def _aggregated(plan: RoundPlan) -> dict[int, float]:
+    """w_i of each client the round aggregates (``completed`` with steps > 0), by the clock's rule
+    :func:`fedsim.clock.plan.aggregation_weights` (the raw weights of selected clients that did
+    not report redistributed over those that did); none when the reporting clients' weights are
+    all 0."""
+    jobs = plan.jobs
+    status = np.array([STATUSES.index(j.status) for j in jobs], dtype=np.int64)
+    steps = np.array([j.steps for j in jobs], dtype=np.int64)
+    w = aggregation_weights(status, steps, np.array([j.weight for j in jobs], dtype=np.float64))
+    if not w.any():
         return {}
-    return {j.client: j.weight * s_sel / s_done for j in done}
+    done = (status == STATUSES.index("completed")) & (steps > 0)
+    return {j.client: float(w[i]) for i, j in enumerate(jobs) if done[i]}
 
 
 def to_device(x, dev: torch.device):
@@ -67,17 +67,17 @@ def average_buffers(buffers: Tensors, weights: torch.Tensor) -> Tensors:
     return out
 
 
-def train_and_apply(work: Workload, spec: AlgoSpec, params: Tensors, server: ServerState, tasks, weights: dict,
+def train_and_apply(work: Workload, alg: Algorithm, params: Tensors, server: ServerState, tasks, weights: dict,
                     *, lr: float, seed: int, chunk: int, client_p: dict, buffers: Tensors | None = None,
                     train=train_cohort):
-    """One synchronous round's computation: the tasks' local training from ``params`` (each
+    """One synchronous round's computation of ``alg``: the tasks' local training from ``params`` (each
     client with its correction, the server's direction and v_hat), then the server update with
     the reporting clients' weights ``weights[client]``. Returns ``(params, server state, cohort
     result)``; the result carries the weights used (``res.weights``, float64, task order)."""
     res = train(
-        work.for_clients([t.client for t in tasks]), spec, params, tasks,
+        work.for_clients([t.client for t in tasks]), alg, params, tasks,
         round_lr=lr, seed=seed, chunk=chunk,
-        correction=lambda i: client_correction(spec, server, i, params),
+        correction=lambda i: alg.correction(server, i, params),
         direction=server.direction,
         vhat0=server.vhat,
         **({"buffers": buffers} if buffers else {}),
@@ -89,7 +89,7 @@ def train_and_apply(work: Workload, spec: AlgoSpec, params: Tensors, server: Ser
         lr=lr, num_clients=work.num_clients,
         client_p=client_p, vhat=res.vhat,
     )
-    new_params, new_server = server_apply(spec, params, server, upd)
+    new_params, new_server = alg.server_update(params, server, upd)
     return new_params, new_server, res
 
 
@@ -110,7 +110,7 @@ class SyncEngine:
     """
 
     work: Workload
-    spec: AlgoSpec
+    alg: Algorithm  # the run's algorithm, every part resolved once when the run was built
     params: Tensors
     server: ServerState
     chunk: int
@@ -137,9 +137,9 @@ class SyncEngine:
 
     def step(self, plan: RoundPlan) -> tuple[RoundRecord, list[ClientRecord]]:
         """Execute one round plan; returns its round record (not evaluated) and client records."""
-        spec, work = self.spec, self.work
-        lr = spec.round_lr(plan.round, self.rounds)
-        weights = round_weights(plan)
+        alg, work = self.alg, self.work
+        lr = alg.spec.round_lr(plan.round, self.rounds)
+        weights = _aggregated(plan)
         done = [j for j in plan.jobs if j.client in weights and j.status == "completed"]
         tasks = [Task(j.client, j.steps, j.key) for j in done]
         if work.module is not None and not work.module.training:
@@ -147,7 +147,7 @@ class SyncEngine:
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort  # torchrun: split over ranks
         bufs = self.global_buffers()
         self.params, self.server, res = train_and_apply(
-            work, spec, self.params, self.server, tasks, weights, lr=lr, seed=self.seed, chunk=self.chunk,
+            work, alg, self.params, self.server, tasks, weights, lr=lr, seed=self.seed, chunk=self.chunk,
             client_p=self.client_p, buffers=bufs, train=train,
         )
         if bufs and tasks:

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..algorithms.algorithm import algorithm
-from ..algorithms.server import server_init
+from ..algorithms.algorithm import Algorithm
 from ..clock import Clock, WorkCost
 from ..devices.cost import work_cost
 from ..engine import distributed
@@ -15,7 +14,7 @@ from ..engine.async_run import AsyncEngine
 from ..engine.probe import check_ranks
 from ..engine.run import SyncEngine
 from ..engine.threads import set_threads, thread_budget
-from ..engine.train import auto_chunk
+from ..engine.chunking import auto_chunk
 from ..engine.workload import build_workload, resolve_device
 from ..scenario import Scenario
 from ..validate import check_compute_steps, check_device_available
@@ -54,8 +53,8 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
     work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
     check_ranks(work, distributed.world()[1])  # torchrun: a model with buffers, before the folder
-    spec = sc.algorithm_spec  # resolved once, when the scenario was validated
-    algorithm(spec).check(work.init_params)  # the pieces' state on one step: one line, exit 2
+    alg = Algorithm.build(sc.algorithm_spec)  # every part looked up once, for the whole run
+    alg.check(work.init_params)  # the pieces' state on one step: one line, exit 2
     chunk = (
         auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
         if sc.engine.clients_per_batch == "auto"
@@ -64,12 +63,12 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     set_threads(sc.engine.threads, work, chunk)
     cls = AsyncEngine if sc.round.policy == "async" else SyncEngine  # FedBuff / FedAsync
     engine = cls(
-        work, spec, dict(work.init_params), server_init(spec, work.init_params), chunk,
+        work, alg, dict(work.init_params), alg.init(work.init_params), chunk,
         rounds=sc.rounds, seed=sc.seed, train_loss=sc.eval.train_loss,
     )
     cost = None
     if work.module is not None:
-        cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, spec.uses_control_variates,
+        cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, alg.uses_control_variates,
                          count_flops=sc.system.compute is not None, payload=sc.system.payload_bytes)
         check_compute_steps(sc, cost.step_flops)  # issue 21.18: needs the model's FLOPs
     return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost), cost)

@@ -52,7 +52,7 @@ class AlgorithmConfig(_Frozen):
     @field_validator("solver", "correction", "aggregation", "server_opt", "staleness")
     @classmethod
     def _part(cls, v, info):
-        return v if v is None else registered(_PARTS[info.field_name], v)
+        return v if v is None else registered(registries.ALL[info.field_name], v)
 
     @field_validator("lr")
     @classmethod
@@ -74,10 +74,3 @@ class AlgorithmConfig(_Frozen):
         if v < 0:
             raise ValueError("must be >= 0")
         return v
-
-
-
-_PARTS = {
-    "solver": registries.SOLVERS, "correction": registries.CORRECTIONS, "aggregation": registries.AGGREGATIONS,
-    "server_opt": registries.SERVER_OPTS, "staleness": registries.STALENESS,
-}

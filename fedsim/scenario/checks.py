@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import math
 
-import functools
-
 from .base import _FieldError
 
 __all__ = ["check_scenario", "algorithm_spec"]
 
 
 def algorithm_spec(config):
-    """The :class:`~fedsim.algorithms.spec.AlgoSpec` of an ``algorithm`` section, resolved once per
-    (equal, frozen) section and registry generation: validation and the runner share it
-    (``Scenario.algorithm_spec``); a piece registered again with ``replace=True`` is used."""
-    from ..registry import generation
-
-    return _algorithm_spec(config, generation())
-
-
-@functools.lru_cache(maxsize=256)
-def _algorithm_spec(config, generation: int):
+    """The :class:`~fedsim.algorithms.spec.AlgoSpec` of an ``algorithm`` section, resolved from the
+    registries as they are now (a piece registered again with ``replace=True`` is used)."""
     from ..algorithms.spec import resolve
 
     return resolve(config)
@@ -79,12 +69,13 @@ def check_scenario(sc) -> None:
         raise _FieldError("system.trace_semantics", "fedscale applies to window, wait and deadline rounds, not async")
     _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)
     _check_model_options(sc)
-    from ..algorithms.spec import SpecError
+    from ..errors import ScenarioError
 
     try:
         spec = algorithm_spec(sc.algorithm)
-    except SpecError as err:
-        raise _FieldError(err.path, err.msg) from None
+    except ScenarioError as err:  # a SpecError, or a preset naming a part no registry knows
+        path, _, msg = str(err).partition(": ")
+        raise _FieldError(path, msg) from None
     if spec.mu > 0 and sc.algorithm.lr * spec.mu >= 1:
         raise _FieldError("algorithm.mu", "lr * mu must be < 1 (the proximal step factor 1 - lr mu must stay positive)")
     if spec.asynchronous and r.policy != "async":

@@ -46,7 +46,8 @@ class Scenario(_Frozen):
 
     @property
     def algorithm_spec(self):
-        """The resolved algorithm (:func:`fedsim.algorithms.spec.resolve`), resolved once."""
+        """The resolved algorithm (:func:`fedsim.algorithms.spec.resolve`), from the registries as
+        they are now."""
         return algorithm_spec(self.algorithm)
 
     @property

@@ -1,0 +1,99 @@
+"""Loss and gradient builders: each client's mean minibatch loss, and the per-client gradients of a
+chunk of clients with stacked parameters in one ``autograd.grad``."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.func import vmap
+
+from ..models.dropout import dropout_noise
+from .dropout_plan import Sites, split_noise
+from .stacked import stacked_forward
+from .workload_value import Workload
+
+Tensors = dict[str, torch.Tensor]
+
+__all__ = ["cohort_grad", "per_client_loss"]
+
+
+def cohort_grad(
+    work: Workload, sites: Sites | None = None
+) -> Callable[..., tuple[Tensors, torch.Tensor]]:
+    """``g(stacked params, xb (C, B, ...), yb (C, B), noise=None) -> (per-client grads, per-client loss (C,))``.
+
+    The workload's closed form when it has one (quadratic); otherwise the gradient of
+    ``sum_c loss_c`` (cross-entropy, mean over the client's minibatch) with respect to the stacked
+    parameters, whose row c is exactly client c's gradient because the losses are independent.
+    Equal to ``vmap(grad_and_value(work.loss), randomness="different")`` (tested). With ``sites``
+    (the model's dropout sites, ``fedsim.models.dropout``) and ``noise`` (C, S) uniform noise,
+    client c's dropout masks are ``noise[c] >= p`` (site by site, ``noise_size``), the same
+    whether the client is stepped alone or batched; without noise dropout draws from torch's
+    generator, independently per client.
+    """
+    if work.batched_grad is not None:
+        return lambda params, xb, yb, noise=None, buffers=None: work.batched_grad(params, xb, yb)
+    fwd = stacked_forward(work.module) if not work.buffers else None
+    if fwd is None:
+        predict = work.predict
+
+        def keyed(params: Tensors, xb: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+            with dropout_noise(split_noise(u, xb.shape[0], sites)):
+                return predict(params, xb)
+
+        vfwd = vmap(predict, randomness="different")
+        vkeyed = vmap(keyed, randomness="different")
+
+        def fwd(params: Tensors, xb: torch.Tensor, noise: torch.Tensor | None = None,
+                buffers: Tensors | None = None) -> torch.Tensor:
+            if xb.shape[0] == 1:  # one client: the module itself, no batching rules
+                p1 = {k: v[0] for k, v in params.items()}
+                if buffers:  # the client's own buffers, updated in place by the module
+                    p1 = {**p1, **buffers}
+                out = predict(p1, xb[0]) if noise is None else keyed(p1, xb[0], noise[0])
+                return out.unsqueeze(0)
+            return vfwd(params, xb) if noise is None else vkeyed(params, xb, noise)
+    else:
+        stacked = fwd
+
+        def fwd(params: Tensors, xb: torch.Tensor, noise: torch.Tensor | None = None,
+                buffers: Tensors | None = None) -> torch.Tensor:
+            return stacked(params, xb)  # Linear/ReLU stacks have no dropout
+
+    client_losses = per_client_loss(work.loss_fn)
+
+    def grad_fn(params: Tensors, xb: torch.Tensor, yb: torch.Tensor, noise: torch.Tensor | None = None,
+                buffers: Tensors | None = None):
+        leaves = [v.detach().requires_grad_(True) for v in params.values()]
+        with torch.enable_grad():
+            logits = fwd(dict(zip(params, leaves)), xb, noise, buffers)
+            loss = client_losses(logits, yb)
+            grads = torch.autograd.grad(loss.sum(), leaves, materialize_grads=True)
+        return dict(zip(params, grads)), loss.detach()
+
+    return grad_fn
+
+
+def per_client_loss(loss_fn: Callable | None) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``(outputs (C, B, ...), targets (C, B, ...)) -> (C,)``: each client's mean loss on its
+    minibatch. ``loss_fn`` None: cross-entropy over the last dimension of the outputs (targets
+    (C, B) classes or (C, B, L) token sequences, mean over all of a client's targets); else the
+    user's ``loss_fn(outputs, targets) -> scalar`` per client (``vmap`` over clients, or called
+    directly for one client)."""
+    if loss_fn is None:
+
+        def cross_entropy(logits: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+            k = logits.shape[-1]
+            return F.cross_entropy(logits.reshape(-1, k), yb.reshape(-1), reduction="none").view(yb.shape[0], -1).mean(1)
+
+        return cross_entropy
+    batched = vmap(loss_fn)
+
+    def custom(logits: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        if logits.shape[0] == 1:
+            return loss_fn(logits[0], yb[0]).reshape(1)
+        return batched(logits, yb)
+
+    return custom
