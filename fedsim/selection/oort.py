@@ -100,8 +100,9 @@ class OortPlan:
         explore_len: how many are explored.
         explore_pool_len: the exploration draw is among ``unexplored[:explore_pool_len]`` in
             proportion to p_i.
-        others: the remaining explored candidates (blacklisted last), best first: they fill the
-            slots left when too few could be exploited or explored.
+        others: the blacklisted candidates, best first (scores normalised over every explored
+            candidate); with the scored ones not drawn they fill the slots left when too few
+            could be exploited or explored.
     """
 
     round: int
@@ -238,7 +239,7 @@ class Oort(SelectionRule):
         explore_pool_len = min(int(self.sample_window * explore_len), len(unexplored))
         others = cand[explored & banned]
         if len(others):
-            osc = self.scores(state, others, scored, preferred)
+            osc = self.scores(state, others, cand[explored], preferred)
             others = others[np.lexsort((others, -osc))]
         return OortPlan(
             round=state.rounds, exploration=state.exploration, preferred_duration=preferred, blacklist=black,
