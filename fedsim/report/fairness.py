@@ -31,9 +31,11 @@ def heard_counts(clients: pd.DataFrame, num_clients: int) -> np.ndarray:
         raise ValueError(f"clients table lacks column(s) {', '.join(missing)}")
     heard = (clients["status"].astype(str).to_numpy() == "completed") & (clients["steps"].to_numpy() > 0)
     ids = clients["client"].to_numpy()[heard]
-    if ids.size and (not np.issubdtype(ids.dtype, np.integer) or ids.min() < 0 or ids.max() >= m):
-        bad = ids[~np.isin(ids, np.arange(m))] if np.issubdtype(ids.dtype, np.integer) else ids
-        raise ValueError(f"client {bad[0]!r} is not an id in 0 .. {m - 1}")
+    if ids.size and not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"client ids must be integers, got dtype {ids.dtype}")
+    bad = ids[(ids < 0) | (ids >= m)]
+    if bad.size:
+        raise ValueError(f"client {int(bad[0])} is not an id in 0 .. {m - 1}")
     return np.bincount(ids.astype(np.int64), minlength=m)
 
 
