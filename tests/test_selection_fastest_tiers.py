@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from _selection import done, observations, request
+from fedsim.clock.draws import select
 from fedsim.rng import stream
 from fedsim.selection import check_picked
 from fedsim.selection.fastest import Fastest
+from fedsim.selection.oort import Oort
 from fedsim.selection.tiers import AdaptiveTiers, Tiers, change_probs, tier_sizes
 
 ALL = list(range(6))
@@ -33,13 +35,24 @@ def test_fastest_by_hand():
     assert s.mean_duration(np.arange(6)).tolist() == [6.0, 3.0, np.inf, 1.0, 6.0, np.inf]
 
 
-def test_fastest_draws_among_the_unseen_from_the_select_stream():
+def test_fastest_draws_among_the_unseen_as_uniform_draws():
     rule = Fastest()
     s = rule.init(10, np.full(10, 0.1), 5)
     s = rule.observe(s, observations(0, 1.0, [done(0, 1.0), done(1, 1.0)]))
     picked = rule.select(s, request(4, range(10), 3, 10))[1].clients
-    unseen = np.arange(2, 10)
-    assert picked.tolist() == np.sort(stream(5, "select", 4).choice(unseen, size=3, replace=False)).tolist()
+    unseen = np.arange(2, 10)  # the clock's uniform pick among them: first 3 of a permutation, stream ("select", 4)
+    assert picked.tolist() == select(unseen, 3, "uniform", np.full(10, 0.1), 5, 4)[0].tolist()
+
+
+@pytest.mark.parametrize("rule", [Fastest(), Tiers(), AdaptiveTiers(), Oort()], ids=lambda r: type(r).__name__)
+def test_every_first_pick_is_uniforms(rule):
+    p = np.random.default_rng(1).dirichlet(np.ones(30))
+    online = np.sort(np.random.default_rng(2).choice(30, 22, replace=False))
+    s = rule.init(30, p, 17)
+    picked = rule.select(s, request(0, online, 7, 30, p))[1]
+    clients, _, weights = select(online, 7, "uniform", p, 17, 0)
+    assert picked.clients.tolist() == clients.tolist()
+    np.testing.assert_allclose(picked.weights, weights, rtol=1e-15)
 
 
 def test_fastest_counts_repeated_jobs_of_a_client_in_one_update():

@@ -6,8 +6,8 @@ that only chases speed costs in accuracy and fairness (docs/selection.md).
 A client is *seen* once the server has a report of one of its jobs (completed, dropped or failed).
 Its mean observed duration is the mean of download + compute + upload over its completed jobs
 (+inf when none completed). At a pick, the unseen candidates come first, uniformly among them
-(``stream(seed, "select", key)``); the slots left go to the seen candidates by increasing mean
-duration, ties by client id. It reads durations only (``--schedule-only`` runs it).
+(as ``uniform`` draws: the first of a permutation from ``stream(seed, "select", key)``); the
+slots left go to the seen candidates by increasing mean duration, ties by client id. It reads durations only (``--schedule-only`` runs it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ from ..rng import stream
 from .base import Observations, Picked, Request, SelectionRule
 from .section import SelectionSection
 
-__all__ = ["Fastest", "FastestState", "FastestSelection"]
+__all__ = ["Fastest", "FastestState", "FastestSelection", "first_of_permutation"]
+
+
+def first_of_permutation(candidates: np.ndarray, k: int, seed: int, key: int) -> np.ndarray:
+    """The first k of one permutation of ``candidates`` (sorted) from ``stream(seed, "select",
+    key)``, sorted: ``uniform``'s sync pick, so a rule that picks uniformly among all candidates
+    (every built-in's first round) picks what ``uniform`` picks."""
+    return np.sort(candidates[stream(seed, "select", key).permutation(len(candidates))[:k]])
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,8 +68,7 @@ class Fastest(SelectionRule):
             return state, Picked.of(cand, state.p)
         unseen = cand[state.reported[cand] == 0]
         if len(unseen) >= want:
-            picked = stream(state.seed, "select", request.key).choice(unseen, size=want, replace=False)
-            return state, Picked.of(np.sort(picked), state.p)
+            return state, Picked.of(first_of_permutation(unseen, want, state.seed, request.key), state.p)
         seen = cand[state.reported[cand] > 0]  # sorted by id, so a stable sort breaks ties by id
         order = np.argsort(state.mean_duration(seen), kind="stable")[: want - len(unseen)]
         return state, Picked.of(np.sort(np.concatenate([unseen, seen[order]])), state.p)

@@ -12,7 +12,8 @@ heard in (1-based) and its count of reports. A completed job sets U_i = |B_i| sq
 dropped job (a straggler) gets the mean utility of the round's completed jobs and t_i = the round's
 length (a lower bound: it was still running at the close); a failed job tells nothing.
 
-At a pick (every candidate when k >= the candidates; uniformly at random in round 0):
+At a pick (every candidate when k >= the candidates; in round 0, before any feedback, what
+``uniform`` picks: the first k of a permutation from ``stream(seed, "select", key)``):
 
 * preferred duration T: the ``round_threshold``-th percentile of the explored clients' t_i
   (+inf when ``round_threshold >= 100``), moved by the pacer;
@@ -26,8 +27,9 @@ At a pick (every candidate when k >= the candidates; uniformly at random in roun
   random in proportion to p_i among the ``sample_window`` x slots with the largest p_i;
 * eps decays by ``exploration_decay`` per observed round down to ``exploration_min``.
 
-Every random number comes from ``stream(seed, "oort", key, j)``; :meth:`Oort.select` never changes
-the state (only :meth:`Oort.observe` does), so replaying the observations rebuilds it exactly.
+Every other random number comes from ``stream(seed, "oort", key, j)``; :meth:`Oort.select` never
+changes the state (only :meth:`Oort.observe` does), so replaying the observations rebuilds it
+exactly.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from pydantic import Field
 from ..limits import MAX_ROUNDS
 from ..rng import stream
 from .base import Observations, Picked, Request, SelectionRule
+from .fastest import first_of_permutation
 from .section import SelectionSection
 
 __all__ = ["Oort", "OortState", "OortPlan", "OortSelection", "utility", "weighted_order"]
@@ -156,9 +159,8 @@ class Oort(SelectionRule):
         want = len(cand) if request.k is None else min(request.k, len(cand))
         if want == len(cand):
             return state, Picked.of(cand, state.p)
-        if state.rounds == 0:  # FedScale's client manager picks its first round uniformly
-            picked = stream(state.seed, "oort", request.key, 0).choice(cand, size=want, replace=False)
-            return state, Picked.of(np.sort(picked), state.p)
+        if state.rounds == 0:  # FedScale's client manager picks its first round uniformly: as uniform does
+            return state, Picked.of(first_of_permutation(cand, want, state.seed, request.key), state.p)
         plan = self.plan(state, request)
         rng = stream(state.seed, "oort", request.key, 2)
         pool = plan.scored[: plan.pool_len]

@@ -5,7 +5,7 @@
 * Profiling: a client is *profiled* once the server has a report of one of its jobs; its latency is
   the mean observed duration (download + compute + upload) of its completed jobs, the first one
   being its profile (+inf when none completed: TiFL's time-outs, the slowest tier). Unprofiled
-  candidates are picked first, uniformly among them.
+  candidates are picked first, uniformly among them (as ``uniform`` draws, stream ``select``).
 * Tiering: the profiled clients (online or not) sorted by latency (ties by id) and cut into
   ``tiers`` groups of equal size (the first n mod tiers one larger); tier 0 is the fastest.
 * Per round one tier is drawn among the non-empty tiers with credits left, in proportion to the
@@ -22,9 +22,10 @@
   ``adaptive: false`` keeps the probabilities equal and reads durations only (``--schedule-only``
   runs it).
 
-Random numbers come from ``stream(seed, "tiers", key, j)``; :meth:`Tiers.select` never changes the
-state (the credit a pick spends is booked by :meth:`Tiers.observe`, which redraws the same tier
-from the same state and key), so replaying the observations rebuilds it exactly.
+Random numbers come from ``stream(seed, "tiers", key, j)`` (unprofiled clients: ``("select",
+key)``); :meth:`Tiers.select` never changes the state (the credit a pick spends is booked by
+:meth:`Tiers.observe`, which redraws the same tier from the same state and key), so replaying
+the observations rebuilds it exactly.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from pydantic import Field
 from ..limits import MAX_CLIENTS, MAX_ROUNDS
 from ..rng import stream
 from .base import Observations, Picked, Request, SelectionRule
+from .fastest import first_of_permutation
 from .section import SelectionSection
 
 __all__ = ["Tiers", "AdaptiveTiers", "TiersState", "TiersSelection", "tier_sizes", "change_probs"]
@@ -131,11 +133,11 @@ class Tiers(SelectionRule):
         want = len(cand) if request.k is None else min(request.k, len(cand))
         if want == len(cand):
             return state, Picked.of(cand, state.p)
-        rng = stream(state.seed, "tiers", request.key, 1)
         profiled = state.reported[cand] > 0
         unseen = cand[~profiled]
         if len(unseen) >= want:
-            return state, Picked.of(np.sort(rng.choice(unseen, size=want, replace=False)), state.p)
+            return state, Picked.of(first_of_permutation(unseen, want, state.seed, request.key), state.p)
+        rng = stream(state.seed, "tiers", request.key, 1)
         seen = cand[profiled]
         t = self.draw_tier(state, request.key)
         tier = self.tier_of(state)[seen]
