@@ -57,3 +57,17 @@ def test_what_the_server_cannot_observe_does_not_change_the_picks(rule):
     base = run(rule, 0)
     assert all(run(rule, v) == base for v in (1, 2))
     assert all(M - 1 not in p for p in base)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: type(r).__name__)
+def test_observe_leaves_the_state_it_was_given_untouched(rule):
+    import dataclasses
+
+    state = rule.init(M, np.full(M, 1 / M), 9)
+    obs = observations(0, 20.0, [done(0, 3.0, 1.0, 4.0, 4), (1, "dropped"), (2, "failed")])
+    first = rule.observe(state, obs)
+    before = {f.name: np.array(getattr(first, f.name), copy=True) for f in dataclasses.fields(first)}
+    second = rule.observe(first, observations(1, 40.0, [done(0, 5.0, 2.0, 9.0, 4), done(3, 1.0, 1.0, 1.0, 4)]))
+    assert second is not first
+    for name, value in before.items():
+        np.testing.assert_array_equal(getattr(first, name), value, err_msg=name)

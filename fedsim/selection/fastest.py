@@ -7,7 +7,8 @@ A client is *seen* once the server has a report of one of its jobs (completed, d
 Its mean observed duration is the mean of download + compute + upload over its completed jobs
 (+inf when none completed). At a pick, the unseen candidates come first, uniformly among them
 (as ``uniform`` draws: the first of a permutation from ``stream(seed, "select", key)``); the
-slots left go to the seen candidates by increasing mean duration, ties by client id. It reads durations only (``--schedule-only`` runs it).
+slots left go to the seen candidates by increasing mean duration, ties by client id. It reads
+durations only (``--schedule-only`` runs it).
 """
 
 from __future__ import annotations

@@ -123,6 +123,8 @@ class Tiers(SelectionRule):
         if not avail.any():
             avail = nonempty
         idx = np.flatnonzero(avail)
+        if len(idx) == 0:  # nobody profiled: no tier to draw (never asked for by select or observe)
+            return 0
         w = state.probs[idx]
         w = w / w.sum() if w.sum() > 0 else np.full(len(idx), 1.0 / len(idx))
         u = stream(state.seed, "tiers", key, 0).random()
@@ -158,7 +160,8 @@ class Tiers(SelectionRule):
         credits = state.credits.copy()
         if np.isfinite(credits).all() and (state.reported[client] > 0).any():
             credits[self.draw_tier(state, obs.round)] -= 1
-        reported, completed, total, loss = state.reported.copy(), state.completed.copy(), state.total.copy(), state.loss.copy()
+        reported, completed = state.reported.copy(), state.completed.copy()
+        total, loss = state.total.copy(), state.loss.copy()
         np.add.at(reported, client, 1)
         done = obs.completed & np.isfinite(obs.duration)
         np.add.at(completed, client[done], 1)
