@@ -94,6 +94,9 @@ def _register_builtins() -> None:
     # selection rules (fedsim/selection): one module each, its section class
     SELECTORS.register("uniform", "fedsim.selection.uniform:UniformSelection")
     SELECTORS.register("weighted", "fedsim.selection.uniform:WeightedSelection")
+    SELECTORS.register("oort", "fedsim.selection.oort:OortSelection")  # Lai et al. 2021, as FedScale ships it
+    SELECTORS.register("tiers", "fedsim.selection.tiers:TiersSelection")  # TiFL, Chai et al. 2020
+    SELECTORS.register("fastest", "fedsim.selection.fastest:FastestSelection")  # biased on purpose
 
 
 #: The built-in presets' names, in the order of fedsim.algorithms.presets.PRESETS (a test checks it).

@@ -47,3 +47,14 @@ def run(rule, m: int, rounds, seed: int = 0, p=None):
         if rows is not None:
             state = rule.observe(state, observations(r, close, rows))
     return picks, state
+
+
+def uniform_pick(online, q, scheme: str, p, seed: int, key: int, weights: str = "normalized"):
+    """(clients, counts, weights) of the clock's own rules (``uniform`` with ``weights``, or
+    ``weighted``) picking ``q`` of ``online`` for round ``key``."""
+    from fedsim.clock.selection import Uniform, Weighted
+
+    rule = Uniform(weights) if scheme == "uniform" else Weighted()
+    online = np.asarray(online, dtype=np.int64)
+    picked = rule.select(seed, request(key, online, q, len(p), p))[1]
+    return picked.clients, picked.counts, picked.weights

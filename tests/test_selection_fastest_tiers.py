@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from _selection import done, observations, request
-from fedsim.clock.draws import select
+from _selection import uniform_pick as select
 from fedsim.rng import stream
 from fedsim.selection import check_picked
 from fedsim.selection.fastest import Fastest

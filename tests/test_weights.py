@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from fedsim.cli import main
-from fedsim.clock.draws import select
+from _selection import uniform_pick as select
 
 BLOWUP = {
     "name": "blowup", "seed": 0, "rounds": 3,

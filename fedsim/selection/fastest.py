@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 
 from ..rng import stream
-from .base import Observations, Picked, Request, SelectionRule
+from ..clock.selection import Observations, Picked, Request, SelectionRule
 from .section import SelectionSection
 
 __all__ = ["Fastest", "FastestState", "FastestSelection", "first_of_permutation"]

@@ -43,7 +43,7 @@ from pydantic import Field
 
 from ..limits import MAX_ROUNDS
 from ..rng import stream
-from .base import Observations, Picked, Request, SelectionRule
+from ..clock.selection import Observations, Picked, Request, SelectionRule
 from .fastest import first_of_permutation
 from .section import SelectionSection
 
