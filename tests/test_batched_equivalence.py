@@ -131,7 +131,7 @@ def test_cohort_grad_equals_vmap_grad_mlp(mlp64, c):
     params = stacked(mlp64, c)
     ib = torch.randint(0, mlp64.x_train.shape[0], (c, 4))
     xb, yb = mlp64.x_train[ib], mlp64.y_train[ib]
-    g, loss = cohort_grad(mlp64)(params, xb, yb)
+    g, loss, _ = cohort_grad(mlp64)(params, xb, yb)
     g_ref, loss_ref = reference_grads(mlp64, params, xb, yb)
     close(g_ref, g, 1e-12, "grad")
     assert torch.allclose(loss, loss_ref, rtol=1e-12)
@@ -144,10 +144,10 @@ def test_cohort_grad_equals_vmap_grad_cnn():
     params = stacked(work, 2)
     ib = torch.randint(0, work.x_train.shape[0], (2, 2))
     xb, yb = work.x_train[ib], work.y_train[ib]
-    g, loss = cohort_grad(work)(params, xb, yb)
+    g, loss, _ = cohort_grad(work)(params, xb, yb)
     g_ref, loss_ref = reference_grads(work, params, xb, yb)
     close(g_ref, g, 1e-10, "cnn grad")
-    g1, _ = cohort_grad(work)({k: v[:1] for k, v in params.items()}, xb[:1], yb[:1])  # module path
+    g1, _, _ = cohort_grad(work)({k: v[:1] for k, v in params.items()}, xb[:1], yb[:1])  # module path
     close({k: v[:1] for k, v in g_ref.items()}, g1, 1e-10, "cnn grad, one client")
 
 
@@ -167,7 +167,7 @@ def test_dropout_is_independent_per_client():
     params = {k: v.unsqueeze(0).expand((2,) + v.shape).clone() for k, v in work.init_params.items()}
     xb, yb = x[:5].expand(2, 5, 8), y[:5].expand(2, 5)  # two clients, same model, same minibatch
     module.train()
-    g, _ = cohort_grad(work)(params, xb, yb)
+    g, _, _ = cohort_grad(work)(params, xb, yb)
     assert not torch.equal(g["1.weight"][0], g["1.weight"][1])  # different dropout masks
 
 
@@ -265,9 +265,9 @@ def test_vgg11_dropout_masks_do_not_depend_on_chunking():
     size = dropout_plan.noise_size(sites, 4)
     noise = torch.stack([torch.rand(size, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
                          for s in (1, 2)])
-    g, _ = cohort_grad(work, sites)(params, xb, yb, noise)
+    g, _, _ = cohort_grad(work, sites)(params, xb, yb, noise)
     assert not torch.equal(g["classifier.1.weight"][0], g["classifier.1.weight"][1])
-    g1, _ = cohort_grad(work, sites)({k: v[1:] for k, v in params.items()}, xb[1:], yb[1:], noise[1:])
+    g1, _, _ = cohort_grad(work, sites)({k: v[1:] for k, v in params.items()}, xb[1:], yb[1:], noise[1:])
     close({k: v[1:] for k, v in g.items()}, g1, 1e-10, "client 1 alone")
     work.module.eval()  # dropout off: no noise drawn, the same model for any masks
     assert dropout_plan.dropout_plan(work) is None

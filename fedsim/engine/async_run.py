@@ -29,6 +29,7 @@ order, with ``version``, ``staleness`` and ``weight`` = the job's coefficient c_
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
@@ -39,7 +40,7 @@ from ..clock.plan import RoundPlan
 from ..records import ClientRecord, RoundRecord
 from . import distributed
 from .distributed import train_cohort_sharded
-from .run import SyncEngine, tau_stats, to_device
+from .run import SyncEngine, reported_of, tau_stats, to_device
 from .train import Task, train_cohort
 
 Tensors = dict[str, torch.Tensor]
@@ -63,8 +64,8 @@ class AsyncEngine(SyncEngine):
 
     versions: dict[int, Tensors] = field(default_factory=dict)
     norm: NormState = field(default_factory=NormState)
-    #: key -> (update of the job, its a_norm): trained from ``RoundPlan.started``, not reported yet
-    trained: dict[int, tuple[Tensors, float]] = field(default_factory=dict)
+    #: key -> (update of the job, its a_norm, loss, loss_sq): trained from ``RoundPlan.started``, not reported yet
+    trained: dict[int, tuple[Tensors, float, float, float]] = field(default_factory=dict)
     prefetch_min: int = PREFETCH_MIN
 
     def __post_init__(self) -> None:
@@ -85,10 +86,12 @@ class AsyncEngine(SyncEngine):
         deltas: dict[str, list] = {k: [None] * n for k in self.params}
         starts: dict[str, list] = {k: [None] * n for k in self.params}
         a_norm = torch.zeros(n, dtype=torch.float64)
+        loss = torch.zeros(n, dtype=torch.float64)
+        loss_sq = torch.zeros(n, dtype=torch.float64)
         groups: dict[int, list[int]] = {}
         for i, j in enumerate(done):
             if j.key in self.trained:
-                delta, a_norm[i] = self.trained.pop(j.key)
+                delta, a_norm[i], loss[i], loss_sq[i] = self.trained.pop(j.key)
                 for k in self.params:
                     deltas[k][i] = delta[k]
                     starts[k][i] = self.versions[j.version][k]
@@ -108,7 +111,7 @@ class AsyncEngine(SyncEngine):
                 work.for_clients([t.client for t in tasks]), alg, x_v, tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
             )
             for row, i in enumerate(idx):
-                a_norm[i] = res.a_norm[row]
+                a_norm[i], loss[i], loss_sq[i] = res.a_norm[row], res.loss[row], res.loss_sq[row]
                 for k in self.params:
                     deltas[k][i] = res.deltas[k][row]
                     starts[k][i] = x_v[k]
@@ -137,6 +140,7 @@ class AsyncEngine(SyncEngine):
                 version=j.version, staleness=j.staleness, weight=float(coef[i]) if i is not None else 0.0,
                 download=j.download, upload=j.upload,
             ))
+        self._reported = reported_of([Task(j.client, j.steps, j.key) for j in done], loss, loss_sq, spec.batch_size)
         record = RoundRecord(
             round=plan.round, sim_time=float(plan.close), participants=n,
             **tau_stats([j.steps for j in done]), lr=spec.round_lr(plan.round, self.rounds), available=plan.available,
@@ -160,7 +164,8 @@ class AsyncEngine(SyncEngine):
             round_lr=self.alg.spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
         )
         for row, t in enumerate(tasks):
-            self.trained[t.key] = ({k: res.deltas[k][row] for k in self.params}, float(res.a_norm[row]))
+            self.trained[t.key] = ({k: res.deltas[k][row] for k in self.params}, float(res.a_norm[row]),
+                                   float(res.loss[row]), float(res.loss_sq[row]))
 
     def state_dict(self) -> dict:
         """Current model, server state, the older live versions, normalize_async's sums and the
@@ -171,7 +176,7 @@ class AsyncEngine(SyncEngine):
             "server": asdict(self.server),
             "versions": {int(v): p for v, p in self.versions.items() if v != cur},
             "norm": [self.norm.pa_sum, self.norm.p_sum],
-            "trained": {int(key): ({k: t.clone() for k, t in d.items()}, a) for key, (d, a) in self.trained.items()},
+            "trained": {int(key): ({k: t.clone() for k, t in d.items()}, *rest) for key, (d, *rest) in self.trained.items()},
         }
 
     def load_state(self, state: dict) -> None:
@@ -181,5 +186,6 @@ class AsyncEngine(SyncEngine):
         self.versions = {int(v): {k: t.to(dev) for k, t in p.items()} for v, p in state["versions"].items()}
         self.versions[self.server.version] = self.params
         self.norm = NormState(*map(float, state["norm"]))
-        self.trained = {int(key): ({k: t.to(dev) for k, t in d.items()}, float(a))
-                        for key, (d, a) in state.get("trained", {}).items()}
+        # (update, a_norm, loss, loss_sq); checkpoints written before losses were reported hold (update, a_norm)
+        self.trained = {int(key): ({k: t.to(dev) for k, t in d.items()}, *map(float, rest), *[math.nan] * (3 - len(rest)))
+                        for key, (d, *rest) in state.get("trained", {}).items()}

@@ -145,7 +145,7 @@ def train_cohort_sharded(
 
     Each rank trains the tasks :func:`lpt_assign` gives it; an ``all_gather`` of the packed
     per-client rows (deltas and v_hat in the parameter dtype) and one of their float64 scalars
-    (||a_i||_1, exactly as each rank's ``train_cohort`` computed them) put every
+    (||a_i||_1 and the reported losses, exactly as each rank's ``train_cohort`` computed them) put every
     client's result back in task order on every rank.
     """
     rank, size = world()
@@ -169,13 +169,15 @@ def train_cohort_sharded(
     width = sum(sizes) * (2 if with_vhat else 1)
     rows = max(len(g) for g in groups)
     packed = torch.zeros((rows, width), dtype=dtype, device=dev)
-    scalars = torch.zeros((rows, 1), dtype=torch.float64, device=dev)  # a_norm
+    scalars = torch.zeros((rows, 3), dtype=torch.float64, device=dev)  # a_norm, loss, loss_sq
     if mine:
         parts = [local.deltas[k].reshape(len(mine), -1) for k in names]
         if with_vhat:
             parts += [local.vhat[k].reshape(len(mine), -1) for k in names]
         packed[: len(mine)] = torch.cat(parts, dim=1)
         scalars[: len(mine), 0] = local.a_norm.to(dev)
+        scalars[: len(mine), 1] = local.loss.to(dev)
+        scalars[: len(mine), 2] = local.loss_sq.to(dev)
     dist = _dist()
     all_packed = [torch.empty_like(packed) for _ in range(size)]
     all_scalars = [torch.empty_like(scalars) for _ in range(size)]
@@ -199,4 +201,6 @@ def train_cohort_sharded(
         a_norm=per_client[:, 0].contiguous(),
         steps=torch.tensor([t.steps for t in tasks], dtype=torch.float64),
         vhat=vhat,
+        loss=per_client[:, 1].contiguous(),
+        loss_sq=per_client[:, 2].contiguous(),
     )

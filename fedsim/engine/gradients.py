@@ -22,7 +22,8 @@ __all__ = ["cohort_grad", "per_client_loss"]
 def cohort_grad(
     work: Workload, sites: Sites | None = None
 ) -> Callable[..., tuple[Tensors, torch.Tensor]]:
-    """``g(stacked params, xb (C, B, ...), yb (C, B), noise=None) -> (per-client grads, per-client loss (C,))``.
+    """``g(stacked params, xb (C, B, ...), yb (C, B), noise=None) -> (per-client grads, per-client
+    loss (C,), per-client sum of squared per-sample losses (C,))`` (:func:`per_client_loss`).
 
     The workload's closed form when it has one (quadratic); otherwise the gradient of
     ``sum_c loss_c`` (cross-entropy, mean over the client's minibatch) with respect to the stacked
@@ -34,7 +35,12 @@ def cohort_grad(
     generator, independently per client.
     """
     if work.batched_grad is not None:
-        return lambda params, xb, yb, noise=None, buffers=None: work.batched_grad(params, xb, yb)
+
+        def closed_form(params, xb, yb, noise=None, buffers=None):
+            grads, loss = work.batched_grad(params, xb, yb)
+            return grads, loss, xb.shape[1] * loss.detach() * loss.detach()
+
+        return closed_form
     fwd = stacked_forward(work.module) if not work.buffers else None
     if fwd is None:
         predict = work.predict
@@ -69,31 +75,36 @@ def cohort_grad(
         leaves = [v.detach().requires_grad_(True) for v in params.values()]
         with torch.enable_grad():
             logits = fwd(dict(zip(params, leaves)), xb, noise, buffers)
-            loss = client_losses(logits, yb)
+            loss, loss_sq = client_losses(logits, yb)
             grads = torch.autograd.grad(loss.sum(), leaves, materialize_grads=True)
-        return dict(zip(params, grads)), loss.detach()
+        return dict(zip(params, grads)), loss.detach(), loss_sq
 
     return grad_fn
 
 
-def per_client_loss(loss_fn: Callable | None) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``(outputs (C, B, ...), targets (C, B, ...)) -> (C,)``: each client's mean loss on its
-    minibatch. ``loss_fn`` None: cross-entropy over the last dimension of the outputs (targets
-    (C, B) classes or (C, B, L) token sequences, mean over all of a client's targets); else the
-    user's ``loss_fn(outputs, targets) -> scalar`` per client (``vmap`` over clients, or called
-    directly for one client)."""
+def per_client_loss(loss_fn: Callable | None) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """``(outputs (C, B, ...), targets (C, B, ...)) -> (loss (C,), loss_sq (C,))``: each client's
+    mean loss on its minibatch (what the gradient is taken of), and the sum over its B samples of
+    the squared per-sample loss (detached; what a client reports for Oort's statistical utility).
+
+    ``loss_fn`` None: cross-entropy over the last dimension of the outputs (targets (C, B) classes
+    or (C, B, L) token sequences, mean over all of a client's targets; a sequence's per-sample
+    loss is the mean over its tokens); else the user's ``loss_fn(outputs, targets) -> scalar`` per
+    client (``vmap`` over clients, or called directly for one client), whose per-sample losses
+    are not known: ``loss_sq`` is then B x loss^2 (a lower bound of the sum of squares, Jensen)."""
     if loss_fn is None:
 
-        def cross_entropy(logits: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        def cross_entropy(logits: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             k = logits.shape[-1]
-            return F.cross_entropy(logits.reshape(-1, k), yb.reshape(-1), reduction="none").view(yb.shape[0], -1).mean(1)
+            each = F.cross_entropy(logits.reshape(-1, k), yb.reshape(-1), reduction="none").view(yb.shape[0], -1)
+            per_sample = each.detach().view(yb.shape[0], yb.shape[1], -1).mean(2)
+            return each.mean(1), (per_sample * per_sample).sum(1)
 
         return cross_entropy
     batched = vmap(loss_fn)
 
-    def custom(logits: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        if logits.shape[0] == 1:
-            return loss_fn(logits[0], yb[0]).reshape(1)
-        return batched(logits, yb)
+    def custom(logits: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loss = loss_fn(logits[0], yb[0]).reshape(1) if logits.shape[0] == 1 else batched(logits, yb)
+        return loss, yb.shape[1] * loss.detach() * loss.detach()
 
     return custom

@@ -130,7 +130,7 @@ def _choose_path(work: Workload, xb: torch.Tensor, yb: torch.Tensor, cohort_grad
     if work.buffers:
         return "per_client"
     try:
-        grads, loss = cohort_grad(replace(work, engine_path="batched"))(_stacked(work, 2), torch.stack([xb, xb]),
+        grads, loss, _ = cohort_grad(replace(work, engine_path="batched"))(_stacked(work, 2), torch.stack([xb, xb]),
                                                                           torch.stack([yb, yb]))
         ok = all(tuple(g.shape) == (2,) + tuple(work.init_params[k].shape) for k, g in grads.items())
         return "batched" if ok and loss.shape == (2,) else "per_client"

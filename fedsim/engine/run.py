@@ -15,6 +15,7 @@ import torch
 
 from ..algorithms.algorithm import Algorithm
 from ..algorithms.state import RoundUpdate, ServerState
+from ..clock.feedback import Reported
 from ..clock.plan import STATUSES, RoundPlan, aggregation_weights
 from ..records import ClientRecord, RoundRecord
 from . import distributed
@@ -93,6 +94,19 @@ def train_and_apply(work: Workload, alg: Algorithm, params: Tensors, server: Ser
     return new_params, new_server, res
 
 
+def reported_of(tasks, loss: torch.Tensor, loss_sq: torch.Tensor, batch_size: int) -> Reported:
+    """The losses the clients of ``tasks`` report with their updates (float64, task order):
+    the mean minibatch loss over the job's steps, the sum of squared per-sample losses and the
+    samples processed (steps x batch size)."""
+    return Reported(
+        client=np.array([t.client for t in tasks], dtype=np.int64),
+        key=np.array([t.key for t in tasks], dtype=np.int64),
+        loss=loss.to(torch.float64).numpy().copy(),
+        loss_sq=loss_sq.to(torch.float64).numpy().copy(),
+        samples=np.array([t.steps * batch_size for t in tasks], dtype=np.int64),
+    )
+
+
 def tau_stats(steps: list[int]) -> dict:
     """``tau_mean, tau_min, tau_max`` of the participants' local steps (None when there are none)."""
     if not steps:
@@ -152,6 +166,7 @@ class SyncEngine:
         )
         if bufs and tasks:
             self.buffers = average_buffers(res.buffers, res.weights)
+        self._reported = reported_of(tasks, res.loss, res.loss_sq, alg.spec.batch_size)
         a_of = dict(zip((t.client for t in tasks), res.a_norm.tolist()))
         clients = [
             ClientRecord(
@@ -168,11 +183,10 @@ class SyncEngine:
         )
         return record, clients
 
-    def reported(self):
+    def reported(self) -> Reported | None:
         """What the clients trained in the last :meth:`step` reported with their updates
-        (:class:`fedsim.clock.feedback.Reported`), for the server's selection rule; None until
-        the engine reports losses."""
-        return None
+        (:class:`fedsim.clock.feedback.Reported`), for the server's selection rule."""
+        return getattr(self, "_reported", None)
 
     def state_dict(self) -> dict:
         """Global model and server state, as plain containers of tensors (for checkpoints)."""

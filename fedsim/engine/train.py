@@ -58,6 +58,10 @@ class CohortResult:
     vhat: Tensors | None  # final AMSGrad v_hat, stacked
     buffers: Tensors | None = None  # the clients' final buffers (BatchNorm statistics), stacked
     weights: torch.Tensor | None = None  # w_i the server used (set by engine.run.train_and_apply)
+    #: float64 (clients,): the mean over the job's steps of its minibatch loss (what a client reports)
+    loss: torch.Tensor | None = None
+    #: float64 (clients,): sum over the job's samples of the squared per-sample loss (Oort's utility)
+    loss_sq: torch.Tensor | None = None
 
 
 #: A chunk's minibatches are gathered a block of steps at a time, about this many bytes a block.
@@ -115,7 +119,8 @@ def train_cohort(
         )
     steps = [t.steps for t in tasks]
     if n == 0:
-        return CohortResult((), {}, torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.float64), None)
+        z = torch.zeros(0, dtype=torch.float64)
+        return CohortResult((), {}, z, z, None, loss=z, loss_sq=z)
     # rows come out in sorted order; one gather puts them back in task order
     back = torch.as_tensor(np.argsort(np.asarray(order)), device=work.x_train.device)
     deltas = {k: _cat([p[0][k] for p in pieces])[back] for k in params}
@@ -127,6 +132,8 @@ def train_cohort(
         steps=torch.tensor(steps, dtype=torch.float64),
         vhat=vhat,
         buffers={k: _cat([p[2][k] for p in pieces])[back] for k in bufs0} if bufs0 else None,
+        loss=(_cat([p[3] for p in pieces])[back] / torch.tensor(steps, dtype=torch.float64, device=back.device).clamp(min=1)).cpu(),
+        loss_sq=_cat([p[4] for p in pieces])[back].cpu(),
     )
 
 
@@ -141,7 +148,8 @@ def _stack(t: Tensors, c: int) -> Tensors:
 def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites,
                buffers=None):
     """Steps of one chunk (tasks sorted by steps, longest first): (deltas, v_hat, final buffers
-    stacked or None). With ``buffers`` the chunk is one client, stepping its own copy of them."""
+    stacked or None, each client's summed minibatch losses, its summed squared per-sample
+    losses). With ``buffers`` the chunk is one client, stepping its own copy of them."""
     spec = alg.spec
     c = len(tasks)
     dev = work.x_train.device
@@ -182,6 +190,9 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     a = live = c
     done_x: list[Tensors] = []
     done_st: list[Tensors] = []
+    # the losses each client reports: running float64 sums, the live clients being a prefix
+    loss_sum = torch.zeros(c, dtype=torch.float64, device=dev)
+    sq_sum = torch.zeros(c, dtype=torch.float64, device=dev)
     for k in range(tmax):
         while a > 0 and steps[a - 1] <= k:
             a -= 1
@@ -213,7 +224,9 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
                 for row in range(a):
                     torch.rand((blk, size), generator=gens[row], dtype=noise_all.dtype, device=dev, out=noise_all[row])
             noise = noise_all[:a, k % blk]
-        grads, _ = grad_fn(x, xb, yb, noise, bufs) if bufs is not None else grad_fn(x, xb, yb, noise)
+        grads, loss, loss_sq = grad_fn(x, xb, yb, noise, bufs) if bufs is not None else grad_fn(x, xb, yb, noise)
+        loss_sum[:a] += loss.to(torch.float64)
+        sq_sum[:a] += loss_sq.to(torch.float64)
         x, st = alg.client_step(x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
     done_x.append(x)
     done_st.append(st)
@@ -222,4 +235,4 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     final = {k: _cat([d[k] for d in done_x]) for k in params}
     deltas = {k: final[k] - params[k].unsqueeze(0) for k in params}
     vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if alg.keeps_vhat else None
-    return deltas, vhat, None if bufs is None else {k: v.unsqueeze(0) for k, v in bufs.items()}
+    return deltas, vhat, None if bufs is None else {k: v.unsqueeze(0) for k, v in bufs.items()}, loss_sum, sq_sum
