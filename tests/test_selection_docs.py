@@ -84,9 +84,11 @@ def test_the_fedscale_commit_is_the_fixtures():
     assert f"commit {commit}" in DOC and commit in (FIXTURES / "README.md").read_text()
 
 
-def test_the_async_paragraph_is_marked_for_the_lead():
-    assert "**Feedback timing (async).** *[Placeholder" in DOC
+def test_the_feedback_timing_rules_are_stated():
+    """The two timing rules the runner's tests check (tests/test_selection_run.py)."""
     assert "Round r+1's pick sees the observations of rounds 0..r" in DOC
+    assert "It sees the\nobservations of every server update made at or before t" in DOC
+    assert "Placeholder" not in DOC
 
 
 @pytest.mark.parametrize("section, keys, message", [
