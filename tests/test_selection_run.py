@@ -254,3 +254,15 @@ def test_an_async_pick_sees_exactly_the_updates_made_by_its_time(tmp_path, recor
         picks += 1
         assert seen == sum(1 for t in times if t <= e[2]), (e, seen)
     assert picks > len(times) // 2 and seen == len(times)
+
+
+def test_run_fairness_reads_the_clients_table_over_every_client_of_the_scenario(tmp_path):
+    """5 clients, client 4 offline for the whole run, full participation for 3 rounds: counts of
+    heard jobs [3, 3, 3, 3, 0]; never heard 1/5; Gini sum|x_i - x_j| / (2 n^2 mean) = 24 / 120."""
+    from fedsim.report.results import run_fairness
+
+    raw = {"name": "fair", "seed": 0, "rounds": 3, "data": {"name": "quadratic", "clients": 5},
+           "system": {"speed": 1.0, "availability": [[], [], [], [], [[0.0, 1e9]]]},
+           "round": {"policy": "wait", "local_steps": 1}, "algorithm": {"name": "fedavg", "lr": 0.1}}
+    fedsim.run(raw, out=tmp_path / "r")
+    assert run_fairness(tmp_path / "r") == {"never_heard": 0.2, "gini_jobs": 0.2}

@@ -18,6 +18,7 @@ import yaml
 
 from ..atomic import AtomicFile
 from .parquet import has_table, read_table
+from .fairness import FAIRNESS_METRICS, participation_fairness
 from .summary import SUMMARY_METRICS, aggregate_seeds, run_summary
 
 __all__ = [
@@ -208,6 +209,7 @@ def summarize(path: str | Path, target: float | None = None, *, write: bool = Tr
         row = _keys_frame(r, keys)
         row["target"] = float("nan") if target is None else float(target)
         row.update(run_summary(rounds, target, read_evals(r["folder"])))
+        row.update(run_fairness(r["folder"]))
         row["complete"] = int(run_complete(r["folder"]))
         row["folder"] = str(Path(r["folder"]).relative_to(p)) if Path(r["folder"]).is_relative_to(p) else str(r["folder"])
         rows.append(row)
@@ -215,7 +217,7 @@ def summarize(path: str | Path, target: float | None = None, *, write: bool = Tr
     if runs_df.empty:
         return runs_df, pd.DataFrame()
     group = ["cell", *keys]
-    metrics = [m for m in SUMMARY_METRICS if m != "diverged"] + ["diverged"]
+    metrics = [m for m in SUMMARY_METRICS if m != "diverged"] + list(FAIRNESS_METRICS) + ["diverged"]
     # grid values may be lists/dicts (formatted as text): group on them as given
     summary = aggregate_seeds(runs_df, group, metrics)
     summary.insert(len(group), "target", runs_df["target"].iloc[0])
@@ -223,6 +225,23 @@ def summarize(path: str | Path, target: float | None = None, *, write: bool = Tr
         _write_csv(runs_df, p / "runs.csv")
         _write_csv(summary, p / "summary.csv")
     return runs_df, summary
+
+
+def run_fairness(folder: str | Path) -> dict[str, float]:
+    """Participation fairness of one run folder (:func:`fedsim.report.fairness.participation_fairness`)
+    over all its clients: ``data.clients`` of its resolved ``scenario.yaml`` (at least every client
+    its ``clients`` table names); NaN without a clients table."""
+    if not has_table(folder, "clients"):
+        return {k: float("nan") for k in FAIRNESS_METRICS}
+    clients = read_table(folder, "clients")
+    m = int(clients["client"].max()) + 1 if len(clients) else 1
+    try:
+        declared = yaml.safe_load((Path(folder) / "scenario.yaml").read_text())["data"]["clients"]
+        if isinstance(declared, int) and not isinstance(declared, bool):
+            m = max(m, declared)
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        pass
+    return participation_fairness(clients, m)
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
