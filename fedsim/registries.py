@@ -16,6 +16,8 @@ registry           scenario field               a piece is
 ``STALENESS``      ``algorithm.staleness``      an asynchronous staleness rule
 ``AVAILABILITY``   ``system.availability.model``  an availability model's section class
                                                 (:class:`fedsim.availability.AvailabilitySection`)
+``COMPRESSORS``    ``algorithm.compression.name``  a compressor's section class
+                                                (:class:`fedsim.compression.CompressionSection`)
 =================  ===========================  ==============================================
 
 fedsim's built-ins register here exactly as a plug-in would, as lazy ``"module:attribute"``
@@ -30,7 +32,7 @@ from .registry import Registry
 
 __all__ = [
     "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",
-    "AVAILABILITY", "ALL",
+    "AVAILABILITY", "COMPRESSORS", "ALL",
 ]
 
 MODELS: Registry = Registry("model", "model.name")
@@ -42,11 +44,13 @@ AGGREGATIONS: Registry = Registry("aggregation", "algorithm.aggregation")
 SERVER_OPTS: Registry = Registry("server optimizer", "algorithm.server_opt")
 STALENESS: Registry = Registry("staleness rule", "algorithm.staleness")
 AVAILABILITY: Registry = Registry("availability model", "system.availability.model")
+COMPRESSORS: Registry = Registry("compressor", "algorithm.compression.name")  # also downlink_compression
 
 #: kind -> registry (what ``fedsim.register(kind, name, obj)`` and the docs list).
 ALL = {
     "model": MODELS, "dataset": DATASETS, "algorithm": ALGORITHMS, "solver": SOLVERS, "correction": CORRECTIONS,
     "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS, "availability": AVAILABILITY,
+    "compressor": COMPRESSORS,
 }
 
 
@@ -86,6 +90,10 @@ def _register_builtins() -> None:
     # availability models (fedsim/availability): one module each, its section class
     AVAILABILITY.register("markov", "fedsim.availability.markov:MarkovAvailability")
     AVAILABILITY.register("diurnal", "fedsim.availability.diurnal:DiurnalAvailability")
+    # compressors (fedsim/compression): one module each, its section class
+    for name, section in (("none", "NoneSection"), ("topk", "TopKSection"), ("randk", "RandKSection"),
+                          ("qsgd", "QSGDSection"), ("sign", "SignSection"), ("fp16", "FP16Section")):
+        COMPRESSORS.register(name, f"fedsim.compression.{name}:{section}")
 
 
 #: The built-in presets' names, in the order of fedsim.algorithms.presets.PRESETS (a test checks it).

@@ -1,0 +1,42 @@
+"""Scaled sign compression (``{name: sign}``): one bit an entry and one scale, the mean magnitude.
+
+    C(v)_j = (||v||_1 / n) sgn(v_j),  sgn(x) = +1 for x >= 0 (so 0 is sent as +), -1 otherwise
+    payload: b + ceil(n / 8) bytes     (the scale at the update's dtype, n sign bits packed)
+
+The scaled sign of EF-SignSGD (Karimireddy et al. 2019), a biased compressor meant for error
+feedback; with it, applied + residual = u within one rounding per entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .base import Compressor, packed_bytes
+from .section import CompressionSection
+
+__all__ = ["Sign", "SignSection"]
+
+
+@dataclass(frozen=True)
+class Sign(Compressor):
+    """(||v||_1 / n) sgn(v) for each row v."""
+
+    def payload_bytes(self, num_params: int, dtype_bytes: int) -> float:
+        return float(dtype_bytes + packed_bytes(num_params, 1))
+
+    def compress_rows(self, rows, gens):
+        import torch
+
+        n = rows.shape[1]
+        scale = (torch.linalg.vector_norm(rows, ord=1, dim=1, keepdim=True, dtype=torch.float64) / n).to(rows.dtype)
+        return torch.where(rows >= 0, scale, -scale)
+
+
+class SignSection(CompressionSection):
+    """``{name: sign}``: the scaled sign, 1 bit an entry."""
+
+    name: Literal["sign"] = "sign"
+
+    def compressor(self) -> Sign:
+        return Sign()
