@@ -51,14 +51,16 @@ class QSGD(Compressor):
         if gens is None or len(gens) != c:
             raise ValueError(f"qsgd: needs one generator per row ({c}), got {0 if gens is None else len(gens)}")
         s = float(self.levels)
-        norm = torch.linalg.vector_norm(rows, dim=1, keepdim=True, dtype=torch.float64).to(rows.dtype)
-        scale = torch.where(norm > 0, s / norm, torch.zeros((), dtype=rows.dtype, device=rows.device))
-        r = torch.clamp(rows.abs() * scale, max=s)
-        low = torch.floor(r)
+        # each row's norm on its own: the same whatever the cohort (a batched reduction may not be)
+        norm = torch.stack([torch.linalg.vector_norm(r) for r in rows]).unsqueeze(1) if c else rows.new_zeros((0, 1))
+        scale = torch.where(norm > 0, s / norm, 0.0)
+        r = rows.abs().mul_(scale).clamp_(max=s)  # s |v_j| / N
+        level = torch.floor(r)
+        p = r.sub_(level)  # r_j - l_j, exactly
         u = torch.stack([torch.rand(n, generator=g, dtype=rows.dtype, device=rows.device) for g in gens]) if c else \
             torch.zeros_like(rows)
-        level = low + (u < r - low).to(rows.dtype)
-        return torch.sign(rows) * level * (norm / s)
+        level += u < p  # l_j + 1 with probability r_j - l_j
+        return level.copysign_(rows).mul_(norm / s)
 
 
 class QSGDSection(CompressionSection):

@@ -28,8 +28,10 @@ class Sign(Compressor):
     def compress_rows(self, rows, gens):
         import torch
 
-        n = rows.shape[1]
-        scale = (torch.linalg.vector_norm(rows, ord=1, dim=1, keepdim=True, dtype=torch.float64) / n).to(rows.dtype)
+        c, n = rows.shape
+        # each row's sum on its own: the same whatever the cohort (a batched reduction may not be)
+        l1 = torch.stack([torch.linalg.vector_norm(r, ord=1) for r in rows]).unsqueeze(1) if c else rows.new_zeros((0, 1))
+        scale = l1 / n
         return torch.where(rows >= 0, scale, -scale)
 
 

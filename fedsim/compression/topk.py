@@ -37,25 +37,33 @@ class TopK(Compressor):
     def compress_rows(self, rows, gens):
         import torch
 
-        mask = top_mask(rows.abs(), kept(self.ratio, rows.shape[1]))
-        return torch.where(mask, rows, torch.zeros((), dtype=rows.dtype, device=rows.device))
+        return torch.where(top_mask(rows.abs(), kept(self.ratio, rows.shape[1])), rows, 0.0)
 
 
 def top_mask(mag, k: int):
-    """Boolean ``(C, n)``: the k largest entries of each row of ``mag`` (NaN as +inf), ties broken
-    towards the lowest index. One ``torch.topk`` finds each row's k-th value t; every entry > t is
-    kept, and of the entries == t the first k - #(> t) in index order."""
+    """Boolean ``(C, n)``: the k largest entries of each row of ``mag`` (NaN counts as +inf), ties
+    at the k-th value broken towards the lowest index.
+
+    One ``torch.topk`` of k + 1 gives each row's k-th and (k+1)-th values; where the k-th is
+    strictly larger (no tie across the cut, no NaN), the mask is mag >= the k-th value. Other rows
+    keep every entry above the k-th value and, of those equal to it, the first in index order.
+    """
     import torch
 
-    n = mag.shape[1]
+    c, n = mag.shape
     if k >= n:
         return torch.ones_like(mag, dtype=torch.bool)
-    mag = torch.nan_to_num(mag, nan=float("inf"), posinf=float("inf"))
-    t = torch.topk(mag, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
-    above = mag > t
-    room = k - above.sum(dim=1, keepdim=True)
-    tied = mag == t
-    return above | (tied & (torch.cumsum(tied, dim=1) <= room))
+    top = torch.topk(mag, k + 1, dim=1, sorted=False).values  # NaN ranks above every number
+    two = torch.topk(top, 2, dim=1, largest=False).values  # the (k+1)-th and the k-th largest
+    mask = mag >= two[:, 1:]
+    tied = ~(two[:, 1] > two[:, 0]) | torch.isnan(top).any(dim=1)
+    if bool(tied.any()):
+        rows = tied.nonzero().flatten()
+        m = torch.nan_to_num(mag[rows], nan=float("inf"), posinf=float("inf"))
+        t = torch.topk(m, k, dim=1, sorted=False).values.amin(dim=1, keepdim=True)
+        above, at = m > t, m == t
+        mask[rows] = above | (at & (torch.cumsum(at, dim=1) <= k - above.sum(dim=1, keepdim=True)))
+    return mask
 
 
 class TopKSection(CompressionSection):
