@@ -142,7 +142,7 @@ def payload_of(params: Mapping[str, torch.Tensor]) -> tuple[int, int]:
     ts = list(params.values())
     dtypes = {t.dtype for t in ts}
     if not ts or len(dtypes) != 1 or not ts[0].is_floating_point():
-        raise ValueError(f"compression: the parameters must share one floating dtype, got {sorted(map(str, dtypes))}")
+        raise ValueError(f"the parameters must share one floating dtype to be compressed, got {sorted(map(str, dtypes))}")
     return int(sum(t.numel() for t in ts)), int(ts[0].element_size())
 
 

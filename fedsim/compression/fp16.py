@@ -10,7 +10,6 @@ other, Sterbenz's lemma; entries that round to 0 leave u itself), as long as no 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from .base import Compressor
 from .section import CompressionSection
@@ -34,7 +33,7 @@ class Half(Compressor):
 class FP16Section(CompressionSection):
     """``{name: fp16}``: the update in half precision, 2 bytes an entry."""
 
-    name: Literal["fp16"] = "fp16"
+    name: str = "fp16"
 
     def compressor(self) -> Half:
         return Half()

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from .base import Compressor
 from .section import CompressionSection
@@ -30,7 +29,7 @@ class Identity(Compressor):
 class NoneSection(CompressionSection):
     """``{name: none}``: the raw update (with error feedback the residual stays 0)."""
 
-    name: Literal["none"] = "none"
+    name: str = "none"
 
     def compressor(self) -> Identity:
         return Identity()

@@ -16,7 +16,6 @@ With error feedback, applied + residual = u within one rounding per entry (u - Q
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import Field
 
@@ -66,7 +65,7 @@ class QSGD(Compressor):
 class QSGDSection(CompressionSection):
     """``{name: qsgd, levels: s}``: s >= 1 levels (s = 1: ternary {-N, 0, N})."""
 
-    name: Literal["qsgd"] = "qsgd"
+    name: str = "qsgd"
     levels: int = Field(ge=1, le=MAX_LEVELS)
 
     def compressor(self) -> QSGD:

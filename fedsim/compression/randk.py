@@ -19,7 +19,6 @@ its own generator keyed (seed, client, job key), so it does not depend on the co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -60,7 +59,7 @@ class RandKSection(CompressionSection):
     """``{name: randk, ratio: r, scaled: ...}``: k = max(1, ceil(r n)) random entries; scaled by
     n / k unless ``scaled: false`` (default: scaled without error feedback, unscaled with it)."""
 
-    name: Literal["randk"] = "randk"
+    name: str = "randk"
     ratio: float = Field(gt=0, le=1)
     scaled: bool | None = None
 

@@ -106,7 +106,15 @@ def check_payload(comp: Compressor, n: int, dtype_bytes: int, path: str, name: s
     except OverflowError:
         value = math.inf
     if not math.isfinite(value) or value < 0:
-        raise _FieldError(path, f"compressor {name!r}: payload_bytes({n}, {dtype_bytes}) = {b!r}; "
+        raise _FieldError(path, f"compressor {name!r}: payload_bytes({n}, {dtype_bytes}) = {_short(b)}; "
                           "must be a finite number of bytes >= 0")
     return value
 
+
+def _short(x: Any) -> str:
+    """``repr(x)`` on one line, at most 60 characters."""
+    try:
+        text = " ".join(repr(x).split())
+    except Exception:  # noqa: BLE001 -- a user's object whose repr fails
+        text = f"<{type(x).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -10,7 +10,6 @@ feedback; with it, applied + residual = u within one rounding per entry.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from .base import Compressor, packed_bytes
 from .section import CompressionSection
@@ -38,7 +37,7 @@ class Sign(Compressor):
 class SignSection(CompressionSection):
     """``{name: sign}``: the scaled sign, 1 bit an entry."""
 
-    name: Literal["sign"] = "sign"
+    name: str = "sign"
 
     def compressor(self) -> Sign:
         return Sign()

@@ -14,7 +14,6 @@ kept or left whole).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from pydantic import Field
 
@@ -69,7 +68,7 @@ def top_mask(mag, k: int):
 class TopKSection(CompressionSection):
     """``{name: topk, ratio: r}``: keep the max(1, ceil(r n)) largest-magnitude entries, r in (0, 1]."""
 
-    name: Literal["topk"] = "topk"
+    name: str = "topk"
     ratio: float = Field(gt=0, le=1)
 
     def compressor(self) -> TopK:
