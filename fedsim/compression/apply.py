@@ -20,6 +20,7 @@ cohort it is compressed with, nor on the chunking or the order of the cohort.
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import torch
@@ -85,23 +86,36 @@ def compress_cohort(
     if not comp.error_feedback:
         out = _rows(comp.compressor, rows, clients, keys, seed)
         return unflatten(out, deltas), residuals
+    spans = _spans(deltas)
     passes = _passes(clients)  # one in sync; a client twice (async) is compressed in row order
     out = None if len(passes) == 1 else torch.empty_like(rows)
     for idx in passes:
         u = rows if len(passes) == 1 else rows[idx]  # rows is flatten's copy: ours to write
-        with_e = [j for j, i in enumerate(idx) if clients[i] in residuals]
-        if with_e:
-            e = flatten({k: torch.stack([residuals[clients[idx[j]]][k] for j in with_e]) for k in deltas})
-            u[with_e] += e.to(device=u.device, dtype=u.dtype)
+        for j, i in enumerate(idx):  # u_i = Delta_i + e_i (no residual yet: e_i = 0)
+            e = residuals.get(clients[i])
+            if e is not None:
+                for k, (a, b, _) in spans.items():
+                    u[j, a:b] += e[k].reshape(-1).to(device=u.device, dtype=u.dtype)
         applied = _rows(comp.compressor, u, [clients[i] for i in idx], [keys[i] for i in idx], seed)
-        rest = unflatten(u - applied, deltas)
-        for j, i in enumerate(idx):
-            residuals[clients[i]] = {k: v[j].clone() for k, v in rest.items()}
+        rest = u.sub_(applied)  # e_i' = u_i - C(u_i), in place: u is not needed any more
+        for j, i in enumerate(idx):  # each residual its own storage (a view would hold the cohort's)
+            residuals[clients[i]] = {k: rest[j, a:b].view(shape).clone() for k, (a, b, shape) in spans.items()}
         if out is None:
             out = applied
         else:
             out[idx] = applied
     return unflatten(out, deltas), residuals
+
+
+def _spans(deltas: Tensors) -> dict[str, tuple[int, int, tuple[int, ...]]]:
+    """Each tensor's columns [a, b) in a flattened row, and its shape without the client dimension."""
+    spans, off = {}, 0
+    for k, v in deltas.items():
+        shape = tuple(v.shape[1:])
+        size = math.prod(shape)
+        spans[k] = (off, off + size, shape)
+        off += size
+    return spans
 
 
 def _passes(clients: Sequence[int]) -> list[list[int]]:
