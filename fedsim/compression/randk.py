@@ -52,7 +52,7 @@ class RandK(Compressor):
             torch.zeros((0, k), dtype=torch.long, device=rows.device)
         mask = torch.zeros_like(rows, dtype=torch.bool).scatter_(1, idx, True)
         vals = rows * (n / k) if self.scaled and k < n else rows
-        return torch.where(mask, vals, torch.zeros((), dtype=rows.dtype, device=rows.device))
+        return torch.where(mask, vals, 0.0)
 
 
 class RandKSection(CompressionSection):
