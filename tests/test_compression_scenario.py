@@ -273,3 +273,14 @@ def test_a_plugin_module_registers_a_compressor(tmp_path, write_yaml, capsys, mo
         assert main(["validate", str(path), "--plugin", "comp_plugin_26"]) == 0
     finally:
         COMPRESSORS.unregister("halfish")
+
+
+def test_a_scenario_without_compression_dumps_as_before():
+    """Off, the keys are left out of the resolved scenario.yaml: a run folder written before them
+    still resumes (its stored scenario is compared with the dump)."""
+    import yaml
+
+    text = dump_scenario(parse_scenario(BASE))
+    assert "compression" not in text
+    assert "compression" in yaml.safe_load(dump_scenario(parse_scenario(
+        {**BASE, "algorithm": {"compression": "fp16"}})))["algorithm"]

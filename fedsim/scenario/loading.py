@@ -150,6 +150,9 @@ def dump_scenario(sc: Scenario) -> str:
     for section in ("data", "model"):  # no options: the key is left out (as every file before it)
         if not raw[section].get("options"):
             raw[section].pop("options", None)
+    for key in ("compression", "downlink_compression"):  # off: left out, so older scenarios dump unchanged
+        if raw["algorithm"].get(key) is None:
+            raw["algorithm"].pop(key, None)
     return yaml.safe_dump(_plain(raw), sort_keys=False)
 
 
