@@ -23,6 +23,7 @@ __all__ = [
     "Result", "run", "schedule", "register_model", "register_dataset", "register_algorithm", "register_solver",
     "register_correction", "register_aggregation", "register_server_opt", "register_staleness",
     "register_availability", "register_selector",
+    "register_compressor",
 ]
 
 #: ``data.name`` / ``model.name`` a run records when the piece came from Python, not from a name.
@@ -187,6 +188,19 @@ def register_selector(name: str, section: Any, *, replace: bool = False) -> Any:
         raise RegistryError(f"selection rule {name!r}: expected a subclass of fedsim.selection.section.SelectionSection, "
                             f"got {section!r}")
     return _register(registries.SELECTORS, name, section, replace)
+
+
+def register_compressor(name: str, section: Any, *, replace: bool = False) -> Any:
+    """Register a compressor, a subclass of :class:`fedsim.compression.CompressionSection` (or
+    ``'module:attribute'`` naming one), as ``algorithm.compression: {name: name, ...}`` (and
+    ``algorithm.downlink_compression``)."""
+    from .compression import CompressionSection
+    from .registry import RegistryError
+
+    if not (isinstance(section, str) or (isinstance(section, type) and issubclass(section, CompressionSection))):
+        raise RegistryError(f"compressor {name!r}: expected a subclass of fedsim.compression.CompressionSection, "
+                            f"got {section!r}")
+    return _register(registries.COMPRESSORS, name, section, replace)
 
 
 # --------------------------------------------------------------------------- helpers

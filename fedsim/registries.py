@@ -18,6 +18,8 @@ registry           scenario field               a piece is
                                                 (:class:`fedsim.availability.AvailabilitySection`)
 ``SELECTORS``      ``round.selection.name``     a selection rule's section class
                                                 (:class:`fedsim.selection.section.SelectionSection`)
+``COMPRESSORS``    ``algorithm.compression.name``  a compressor's section class
+                                                (:class:`fedsim.compression.CompressionSection`)
 =================  ===========================  ==============================================
 
 fedsim's built-ins register here exactly as a plug-in would, as lazy ``"module:attribute"``
@@ -33,6 +35,7 @@ from .registry import Registry
 __all__ = [
     "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",
     "AVAILABILITY", "SELECTORS", "ALL",
+    "AVAILABILITY", "COMPRESSORS", "ALL",
 ]
 
 MODELS: Registry = Registry("model", "model.name")
@@ -45,6 +48,7 @@ SERVER_OPTS: Registry = Registry("server optimizer", "algorithm.server_opt")
 STALENESS: Registry = Registry("staleness rule", "algorithm.staleness")
 AVAILABILITY: Registry = Registry("availability model", "system.availability.model")
 SELECTORS: Registry = Registry("selection rule", "round.selection.name")
+COMPRESSORS: Registry = Registry("compressor", "algorithm.compression.name")  # also downlink_compression
 
 #: kind -> registry: the one table of them (``fedsim.register_<kind>``, the scenario's algorithm part
 #: fields and :func:`fedsim.algorithms.spec.part` look a kind up here).
@@ -52,6 +56,7 @@ ALL = {
     "model": MODELS, "dataset": DATASETS, "algorithm": ALGORITHMS, "solver": SOLVERS, "correction": CORRECTIONS,
     "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS, "availability": AVAILABILITY,
     "selector": SELECTORS,
+    "compressor": COMPRESSORS,
 }
 
 
@@ -97,6 +102,10 @@ def _register_builtins() -> None:
     SELECTORS.register("oort", "fedsim.selection.oort:OortSelection")  # Lai et al. 2021, as FedScale ships it
     SELECTORS.register("tiers", "fedsim.selection.tiers:TiersSelection")  # TiFL, Chai et al. 2020
     SELECTORS.register("fastest", "fedsim.selection.fastest:FastestSelection")  # biased on purpose
+    # compressors (fedsim/compression): one module each, its section class
+    for name, section in (("none", "NoneSection"), ("topk", "TopKSection"), ("randk", "RandKSection"),
+                          ("qsgd", "QSGDSection"), ("sign", "SignSection"), ("fp16", "FP16Section")):
+        COMPRESSORS.register(name, f"fedsim.compression.{name}:{section}")
 
 
 #: The built-in presets' names, in the order of fedsim.algorithms.presets.PRESETS (a test checks it).

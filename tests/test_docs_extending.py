@@ -13,18 +13,19 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "extending.md"
 
 @pytest.fixture
 def clean_registries():
-    from fedsim.registries import ALGORITHMS, AVAILABILITY, CORRECTIONS, SELECTORS, SERVER_OPTS
+    from fedsim.registries import ALGORITHMS, AVAILABILITY, COMPRESSORS, CORRECTIONS, SELECTORS, SERVER_OPTS
 
     yield
     for reg in (ALGORITHMS, CORRECTIONS, SERVER_OPTS):
         reg.unregister("feddyn")
     AVAILABILITY.unregister("duty_cycle")
     SELECTORS.unregister("least_recent")
+    COMPRESSORS.unregister("bf16")
 
 
 def test_examples_run(clean_registries):
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     for code in blocks:
         exec(compile(code, str(DOC), "exec", dont_inherit=True), {"__name__": "extending_example"})  # not this file's __future__ flags
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -43,6 +43,16 @@ class AlgorithmConfig(_Frozen):
     hinge_b: float = Field(4.0, ge=0)
     mixing: float = Field(0.6, gt=0, le=1)  # FedAsync a
     normalize_async: bool = False
+    # compression (fedsim.compression, docs/compression.md): a registered compressor's section or None
+    compression: Any = None  # the clients' uploads
+    downlink_compression: Any = None  # the server's broadcast
+
+    @field_validator("compression", "downlink_compression", mode="before")
+    @classmethod
+    def _compression(cls, v, info):
+        from ..compression.section import compression_value
+
+        return compression_value(v, f"algorithm.{info.field_name}")
 
     @field_validator("name")
     @classmethod

@@ -153,6 +153,9 @@ def dump_scenario(sc: Scenario) -> str:
     rnd = raw["round"]  # round.selection or the keys it replaces: one of the two forms, never both
     for key in ("sampling", "weights") if rnd.get("selection") is not None else ("selection",):
         rnd.pop(key, None)
+    for key in ("compression", "downlink_compression"):  # off: left out, so older scenarios dump unchanged
+        if raw["algorithm"].get(key) is None:
+            raw["algorithm"].pop(key, None)
     return yaml.safe_dump(_plain(raw), sort_keys=False)
 
 

@@ -1,0 +1,221 @@
+"""What the engine and the clock call: compress a cohort's updates (with error feedback), compress
+the broadcast model, and the bytes of each transfer (docs/compression.md).
+
+Where a run calls these (the engine wires them; nothing here knows the engine):
+
+- uplink: after local training, before aggregation, on the reporting clients' stacked deltas:
+  ``applied, residuals = compress_cohort(comp, deltas, clients, keys, residuals, seed=seed)``;
+  the server aggregates ``applied`` (FedNova normalises those), ``residuals`` is client state
+  (checkpointed like SCAFFOLD's c_i).
+- downlink: the clients of model version v train from ``compress_model(compressor, x_v, seed=seed,
+  version=v)``; the server keeps x_v.
+- bytes: ``upload_bytes(compressor, params)`` and ``download_bytes(compressor, params)`` are known
+  from the parameter count before training.
+
+Randomness: client i's draws for its job keyed k come from a ``torch.Generator`` seeded
+``seed_int(seed, "compress", i, k)`` (the broadcast of version v: ``seed_int(seed,
+"compress-down", v)``), on the updates' device, so a client's result does not depend on the
+cohort it is compressed with, nor on the chunking or the order of the cohort.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import torch
+
+from ..errors import ScenarioError
+from ..rng import seed_int
+from .base import Compression, Compressor, flatten, unflatten
+from .section import DOWNLINK, UPLINK, check_payload
+
+Tensors = dict[str, torch.Tensor]
+
+__all__ = [
+    "compress_cohort", "compress_model", "generators", "upload_bytes", "download_bytes", "payload_of",
+    "check_compression", "UP", "DOWN",
+]
+
+#: The purposes of the two links' random streams (fedsim.rng).
+UP = "compress"
+DOWN = "compress-down"
+
+
+def generators(seed: int, purpose: str, keys: Sequence[tuple[int, ...]], device: torch.device) -> list[torch.Generator]:
+    """One ``torch.Generator`` on ``device`` per key tuple, seeded ``seed_int(seed, purpose, *key)``."""
+    gens = []
+    for key in keys:
+        g = torch.Generator(device=device)
+        g.manual_seed(seed_int(seed, purpose, *key))
+        gens.append(g)
+    return gens
+
+
+def compress_cohort(
+    comp: Compression, deltas: Tensors, clients: Sequence[int], keys: Sequence[int],
+    residuals: Mapping[int, Tensors] | None = None, *, seed: int,
+) -> tuple[Tensors, dict[int, Tensors]]:
+    """The updates the server receives from a cohort, and the clients' new residuals.
+
+    Args:
+        comp: The uplink's compressor and error-feedback switch.
+        deltas: The clients' updates Delta_i stacked ``{name: (C, ...)}``, row i for ``clients[i]``.
+        clients: Client index of each row.
+        keys: Each row's job key (``Job.key``: the round in sync, the job's number in async).
+        residuals: Error feedback's e_i by client (``{name: tensor of the parameter's shape}``);
+            a client without one has e_i = 0. Not modified.
+        seed: The scenario seed (the random compressors' streams).
+
+    Returns:
+        ``(applied, residuals)``: the decompressed updates C(Delta_i + e_i), same shapes and dtypes
+        as ``deltas``; and a new residual mapping with e_i' = Delta_i + e_i - applied_i for every
+        row's client (the others as they were). Without error feedback: C(Delta_i) and
+        ``residuals`` unchanged (a new dict). A client twice in one cohort (possible only in
+        async) is compressed in row order, each row from the residual the previous one left.
+    """
+    residuals = dict(residuals or {})
+    if len(clients) != len(keys):
+        raise ValueError(f"compress_cohort: {len(clients)} clients but {len(keys)} keys")
+    c = len(clients)
+    if c == 0 or comp.compressor.lossless:
+        return dict(deltas), residuals
+    rows = flatten(deltas)
+    if rows.shape[0] != c:
+        raise ValueError(f"compress_cohort: {rows.shape[0]} rows for {c} clients")
+    if not comp.error_feedback:
+        out = _rows(comp.compressor, rows, clients, keys, seed)
+        return unflatten(out, deltas), residuals
+    spans = _spans(deltas)
+    passes = _passes(clients)  # one in sync; a client twice (async) is compressed in row order
+    out = None if len(passes) == 1 else torch.empty_like(rows)
+    for idx in passes:
+        u = rows if len(passes) == 1 else rows[idx]  # rows is flatten's copy: ours to write
+        for j, i in enumerate(idx):  # u_i = Delta_i + e_i (no residual yet: e_i = 0)
+            e = residuals.get(clients[i])
+            if e is not None:
+                for k, (a, b, _) in spans.items():
+                    u[j, a:b] += e[k].reshape(-1).to(device=u.device, dtype=u.dtype)
+        applied = _rows(comp.compressor, u, [clients[i] for i in idx], [keys[i] for i in idx], seed)
+        rest = u.sub_(applied)  # e_i' = u_i - C(u_i), in place: u is not needed any more
+        for j, i in enumerate(idx):  # each residual its own storage (a view would hold the cohort's)
+            residuals[clients[i]] = {k: rest[j, a:b].view(shape).clone() for k, (a, b, shape) in spans.items()}
+        if out is None:
+            out = applied
+        else:
+            out[idx] = applied
+    return unflatten(out, deltas), residuals
+
+
+def _spans(deltas: Tensors) -> dict[str, tuple[int, int, tuple[int, ...]]]:
+    """Each tensor's columns [a, b) in a flattened row, and its shape without the client dimension."""
+    spans, off = {}, 0
+    for k, v in deltas.items():
+        shape = tuple(v.shape[1:])
+        size = math.prod(shape)
+        spans[k] = (off, off + size, shape)
+        off += size
+    return spans
+
+
+def _passes(clients: Sequence[int]) -> list[list[int]]:
+    """Row indices grouped so that no client is twice in a group, a client's rows in order."""
+    seen: dict[int, int] = {}
+    groups: list[list[int]] = []
+    for row, cl in enumerate(clients):
+        n = seen.get(cl, 0)
+        seen[cl] = n + 1
+        if n == len(groups):
+            groups.append([])
+        groups[n].append(row)
+    return groups
+
+
+def _rows(compressor: Compressor, rows: torch.Tensor, clients: Sequence[int], keys: Sequence[int], seed: int,
+          purpose: str = UP) -> torch.Tensor:
+    gens = generators(seed, purpose, [(int(i), int(k)) for i, k in zip(clients, keys)], rows.device) \
+        if compressor.random else None
+    return compressor.compress_rows(rows, gens)
+
+
+def compress_model(compressor: Compressor, params: Tensors, *, seed: int, version: int) -> Tensors:
+    """The broadcast of model version ``version``: C(x) of the whole flattened model ``params``
+    (unstacked: ``{name: parameter}``), its randomness keyed ``(seed, "compress-down", version)``,
+    the same for every client that downloads that version."""
+    if compressor.lossless:
+        return dict(params)
+    stacked = {k: v.unsqueeze(0) for k, v in params.items()}
+    gens = generators(seed, DOWN, [(int(version),)], next(iter(params.values())).device) if compressor.random else None
+    out = unflatten(compressor.compress_rows(flatten(stacked), gens), stacked)
+    return {k: v[0] for k, v in out.items()}
+
+
+def payload_of(params: Mapping[str, torch.Tensor]) -> tuple[int, int]:
+    """(n, b): the entries of one copy of ``params`` and the bytes of one entry (one shared
+    floating dtype, as :func:`fedsim.compression.base.flatten` requires)."""
+    ts = list(params.values())
+    dtypes = {t.dtype for t in ts}
+    if not ts or len(dtypes) != 1 or not ts[0].is_floating_point():
+        raise ValueError(f"the parameters must share one floating dtype to be compressed, got {sorted(map(str, dtypes))}")
+    return int(sum(t.numel() for t in ts)), int(ts[0].element_size())
+
+
+def upload_bytes(compressor: Compressor, params: Mapping[str, torch.Tensor], *, control_variates: bool = False) -> float:
+    """Bytes of one upload: the compressed update, plus the model-sized control-variate change
+    uncompressed when the algorithm sends one (``AlgoSpec.uses_control_variates``, as
+    :func:`fedsim.devices.cost.upload_bytes`)."""
+    n, b = payload_of(params)
+    return _declared(compressor, n, b, UPLINK) + (n * b if control_variates else 0)
+
+
+def download_bytes(compressor: Compressor, params: Mapping[str, torch.Tensor]) -> float:
+    """Bytes of one download: the compressed model."""
+    n, b = payload_of(params)
+    return _declared(compressor, n, b, DOWNLINK)
+
+
+def _declared(compressor: Compressor, n: int, b: int, path: str, name: str | None = None) -> float:
+    """The checked payload as a float, or :class:`ScenarioError` (one line naming ``path``)."""
+    try:
+        return check_payload(compressor, n, b, path, name or type(compressor).__name__)
+    except ValueError as err:
+        raise ScenarioError(str(err)) from None
+
+
+def check_compression(compressor: Compressor, params: Mapping[str, torch.Tensor], path: str = UPLINK,
+                      name: str | None = None) -> None:
+    """Refuse, with one line naming ``path`` (:class:`ScenarioError`), a compressor that cannot
+    serve this model: its payload for the model's (n, b) is not a finite number >= 0, or its
+    transform on a probe (two rows of the model's shape, dtype and device, values from a fixed
+    generator) fails, writes its input, or returns another shape, dtype or device. Called when a
+    run is built, before its folder is touched."""
+    name = name or type(compressor).__name__
+    try:
+        n, b = payload_of(params)
+    except ValueError as err:
+        raise ScenarioError(f"{path}: {err}") from None
+    _declared(compressor, n, b, path, name)
+    t0 = next(iter(params.values()))
+    g = torch.Generator(device=t0.device)
+    g.manual_seed(0)
+    probe = torch.randn((2, n), generator=g, dtype=t0.dtype, device=t0.device)
+    before = probe.clone()
+    try:
+        out = compressor.compress_rows(probe, generators(0, UP, [(0, 0), (1, 0)], t0.device) if compressor.random else None)
+    except Exception as err:  # noqa: BLE001 -- a user's compressor: one line naming it
+        msg = str(err).splitlines()[0] if str(err) else ""
+        raise ScenarioError(f"{path}: compressor {name!r}: compress_rows failed on a probe update: "
+                            f"{type(err).__name__}{': ' + msg if msg else ''}") from None
+    if not torch.equal(probe, before):
+        raise ScenarioError(f"{path}: compressor {name!r}: compress_rows wrote into its input")
+    if not isinstance(out, torch.Tensor):
+        raise ScenarioError(f"{path}: compressor {name!r}: compress_rows returned {type(out).__name__}, not a tensor")
+    for what, got, want in (("shape", tuple(out.shape), (2, n)), ("dtype", out.dtype, probe.dtype),
+                            ("device", out.device, probe.device)):
+        if got != want:
+            raise ScenarioError(f"{path}: compressor {name!r}: compress_rows changed the update's {what} "
+                                f"({_show(want)} -> {_show(got)})")
+
+
+def _show(x) -> str:
+    return str(tuple(x)) if isinstance(x, tuple) else str(x)
