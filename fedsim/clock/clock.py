@@ -19,6 +19,7 @@ from .plan import RoundPlan, RoundTable
 from .selection import Observations
 from .sim import Simulation
 from .trace import TraceError, load_trace
+from .transfer import Transfers
 from .trace_time import TraceRate, TraceTimeline
 from .checkin import CHECKIN_MIN_CLIENTS
 
@@ -98,7 +99,7 @@ class Clock:
             else:
                 self._speed_draws = PerClientDraws(compute.flops, m, self.seed, "flops")
                 self._step_flops = float(cost.step_flops)
-        self._net = self._bandwidths(trace, cost)
+        self.transfers = self._transfers(trace, cost)
 
         self.fixed_work = self._fixed_work_caps()
         self._check_event_rate()
@@ -109,31 +110,34 @@ class Clock:
             raise ValueError("the vectorised path needs trace_semantics fedsim")
         self.fast = eligible if fast is None else bool(fast)
 
-    def _bandwidths(self, trace, cost: WorkCost | None) -> tuple | None:
-        """(down draws, download bits, up draws, upload bits), or None without a network: bits per
-        second from ``system.network``, or a device trace's kbit/s (then bits are kbit, / 1024)."""
-        net, m = self.system.network, self.num_clients
+    def _transfers(self, trace, cost: WorkCost | None) -> Transfers:
+        """The transfer seam (:class:`~fedsim.clock.transfer.Transfers`): bandwidths in bits per
+        second from ``system.network``, or a device trace's kbit/s (then bits are kbit, / 1024,
+        and a server link's bits/s are read as kbit/s / 1024 too), and the server's link."""
+        net, m, server = self.system.network, self.num_clients, self.system.server
+        caps = {} if server is None else {"down_capacity": server.down, "up_capacity": server.up}
         if trace is not None and trace.device:
             if net is not None:
                 raise ScenarioError("system.network: a device trace gives the bandwidths; give one or the other")
             if cost is None:
                 raise ValueError("a device trace needs the model's WorkCost (cost=) for its transfers")
-            return (PerClientDraws(tuple(trace.down_kbps), m, self.seed, "down"), float(cost.model_bytes) * 8 / 1024,
-                    PerClientDraws(tuple(trace.up_kbps), m, self.seed, "up"), float(cost.upload_bytes) * 8 / 1024)
+            caps = {k: None if v is None else v / 1024 for k, v in caps.items()}
+            return Transfers(self.latency, PerClientDraws(tuple(trace.down_kbps), m, self.seed, "down"),
+                             float(cost.model_bytes) * 8 / 1024, PerClientDraws(tuple(trace.up_kbps), m, self.seed, "up"),
+                             float(cost.upload_bytes) * 8 / 1024, **caps)
         if net is None:
-            return None
-        return (PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
-                PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8)
+            return Transfers(self.latency)
+        return Transfers(self.latency, PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
+                         PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8, **caps)
 
     def _check_transfers(self, trace) -> None:
         """Refuse a network (or device trace) with which no client could ever fit its download and
         upload into a window or deadline: every job would be dropped."""
         span = self.rule.policy.span()
-        if self._net is None or span is None:
+        if not self.transfers.network or span is None:
             return
         length, key = span
-        down, down_bits, up, up_bits = self._net
-        fastest = 2 * self.latency + down_bits / _highest(down) + up_bits / _highest(up)
+        fastest = self.transfers.quickest(_highest)
         if fastest >= length:
             where = trace.path if trace is not None else "system.network"
             raise ScenarioError(
@@ -149,13 +153,8 @@ class Clock:
         return v if self._step_flops is None else v / self._step_flops
 
     def transfers_of(self, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(download, upload) seconds of ``clients``, latency included: L + bits / bandwidth
-        (bandwidths from streams ``("down", c)`` and ``("up", c)``); L alone without a network."""
-        L = self.latency
-        if self._net is None:
-            return np.full(len(clients), L), np.full(len(clients), L)
-        down, down_bits, up, up_bits = self._net
-        return L + down_bits / down.take(clients), L + up_bits / up.take(clients)
+        """(download, upload) seconds of ``clients`` each alone (:meth:`Transfers.solo`)."""
+        return self.transfers.solo(clients)
 
     @property
     def download(self) -> np.ndarray:
@@ -204,13 +203,10 @@ class Clock:
         low = 1 if work is None else max(int(getattr(work.dist, "low", getattr(work.dist, "value", 1))), 1)
         if isinstance(work, Epochs):
             low = max(low * int(self.client_sizes.min()) // work.batch_size, 1)
-        drawn = [self._speed_draws] + ([self._net[0], self._net[2]] if self._net is not None else [])
+        tr = self.transfers
+        drawn = [self._speed_draws] + ([tr.down, tr.up] if tr.network else [])
         if any(d.lazy for d in drawn):  # a distribution: the quickest job it allows, without drawing m values
-            L = self.latency
-            transfers = 2 * L
-            if self._net is not None:
-                down, down_bits, up, up_bits = self._net
-                transfers = 2 * L + down_bits / _highest(down) + up_bits / _highest(up)
+            transfers = tr.quickest(_highest)
             fastest = _highest(self._speed_draws) / (1.0 if self._step_flops is None else self._step_flops)
             bound = transfers + low / fastest
             if bound > 0:

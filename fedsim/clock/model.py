@@ -32,7 +32,7 @@ from . import selection as _selection
 
 __all__ = [
     "Constant", "Uniform", "LogNormal", "RandInt", "Exponential", "Dist", "PerClient",
-    "Speed", "Flops", "Network", "Traced", "Always", "Intervals", "System",
+    "Speed", "Flops", "Network", "Traced", "Always", "Intervals", "Server", "System",
     "Steps", "Epochs", "RoundRule", "Population", "WorkCost",
     "MAX_TIME", "MAX_SPEED", "MAX_STEPS", "MAX_EPOCHS",
 ]
@@ -140,15 +140,43 @@ class Traced:
 
 
 @dataclass(frozen=True)
+class Server:
+    """The server's own costs (``system.server``).
+
+    Attributes:
+        down, up: capacity of the server's link per direction in bits per second (the units of
+            ``Network``), shared by the transfers in flight (:mod:`fedsim.clock.link`); None:
+            unlimited (each transfer moves at its client's bandwidth).
+        aggregate: seconds the server takes per aggregated client update.
+        aggregate_flops: the server's FLOP/s: aggregating takes 2 x parameters FLOPs per update
+            (instead of ``aggregate``; needs ``WorkCost.params``).
+    """
+
+    down: float | None = None
+    up: float | None = None
+    aggregate: float = 0.0
+    aggregate_flops: float | None = None
+
+    @property
+    def aggregates(self) -> bool:
+        """Whether aggregation takes time."""
+        return self.aggregate > 0 or self.aggregate_flops is not None
+
+
+@dataclass(frozen=True)
 class System:
     """Compute, availability, slowdown (a per-job factor on step time), latency (seconds per
-    transfer) and network of the clients."""
+    transfer), network of the clients, what a job hit by an outage keeps (``on_outage``: ``fail``
+    loses the job, ``resume`` keeps its completed steps and goes on once the client is back) and
+    the server's own costs."""
 
     compute: Union[Speed, Flops, Traced] = Speed(1.0)
     availability: Union[AvailabilityModel, Traced] = Always()
     slowdown: Dist | None = None
     latency: float = 0.0
     network: Network | None = None
+    on_outage: Literal["fail", "resume"] = "fail"
+    server: Server | None = None
 
 
 # --------------------------------------------------------------------------- rounds
@@ -177,6 +205,10 @@ class RoundRule:
     max_local_steps: int | None = None
     clients_per_round: int | None = None
     selection: "_selection.SelectionRule" = _selection.Uniform()
+    #: deadline: a job still computing when the time left is its upload time uploads its steps
+    on_deadline: Literal["drop", "partial"] = "drop"
+    #: async: each job computes for this many seconds (tau_i from the device), no prescribed work
+    local_time: float | None = None
 
 
 # --------------------------------------------------------------------------- clients and work
@@ -212,3 +244,4 @@ class WorkCost:
     step_flops: float | None  # None when not counted (only system.compute needs it)
     model_bytes: float
     upload_bytes: float
+    params: int | None = None  # the model's parameter count (aggregation FLOPs)

@@ -103,6 +103,7 @@ def work_cost(
         step_flops=step_flops(module, input_shape, batch_size) if count_flops else None,
         model_bytes=size,
         upload_bytes=upload_bytes(size, uses_control_variates),
+        params=sum(p.numel() for p in module.parameters()),
     )
 
 

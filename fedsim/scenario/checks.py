@@ -45,9 +45,21 @@ def check_scenario(sc) -> None:
             raise _FieldError("round.deadline", "must be longer than two latencies (download + upload)")
     if r.policy == "overcommit" and r.clients_per_round is None:
         raise _FieldError("round.clients_per_round", "required for policy overcommit (K, the uploads kept)")
+    if r.local_time is not None:
+        if r.policy != "async":
+            raise _FieldError("round.local_time", f"a per-job time budget is for policy async (policy {r.policy}: "
+                              + ("round.window sets it)" if r.policy == "window" else "use local_steps or local_epochs)"))
+        if r.local_steps is not None or r.local_epochs is not None:
+            key = "local_steps" if r.local_steps is not None else "local_epochs"
+            raise _FieldError("round.local_time", f"give local_time or {key}, not both")
+        if not (math.isfinite(r.local_time) and r.local_time <= 1e9):
+            raise _FieldError("round.local_time", "must be finite seconds, at most 1e9")
+    if r.on_deadline != "drop" and r.policy != "deadline":
+        raise _FieldError("round.on_deadline", f"partial uploads at a deadline mean nothing under policy {r.policy}")
     if r.policy in ("wait", "deadline", "overcommit", "async"):
-        if r.local_steps is None and r.local_epochs is None:
-            raise _FieldError("round.local_steps", f"policy {r.policy} needs local_steps or local_epochs")
+        if r.local_steps is None and r.local_epochs is None and r.local_time is None:
+            raise _FieldError("round.local_steps", f"policy {r.policy} needs local_steps or local_epochs"
+                              + (" (or local_time)" if r.policy == "async" else ""))
     if r.local_steps is not None and r.local_epochs is not None:
         raise _FieldError("round.local_epochs", "give local_steps or local_epochs, not both")
     if r.local_epochs is not None and sc.data.name == "quadratic":
@@ -65,6 +77,9 @@ def check_scenario(sc) -> None:
         raise _FieldError("model.name", "quadratic model needs quadratic data")
     if sc.system.trace is not None and av != "always":
         raise _FieldError("system.availability", "give either a trace or availability, not both")
+    if sc.system.trace_semantics == "fedscale" and sc.system.server is not None:
+        raise _FieldError("system.server", "FedScale's semantics decide a job's fate at its start: a server link "
+                          "or aggregation time needs trace_semantics fedsim")
     if sc.system.trace_semantics == "fedscale" and r.policy == "async":
         raise _FieldError("system.trace_semantics", "fedscale applies to window, wait and deadline rounds, not async")
     _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)

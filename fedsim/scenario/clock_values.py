@@ -32,7 +32,12 @@ def system_value(system, batch_size: int = 32) -> clock_model.System:
     network = None if system.network is None else \
         cm.Network(_per_client_value(system.network.down), _per_client_value(system.network.up))
     slowdown = None if system.slowdown is None else _distribution(system.slowdown)
-    return cm.System(compute, availability, slowdown, float(system.latency), network)
+    server = None
+    if system.server is not None:
+        sv, agg = system.server, system.server.aggregate
+        flops = getattr(agg, "flops", None)
+        server = cm.Server(sv.down, sv.up, 0.0 if flops is not None else float(agg), flops)
+    return cm.System(compute, availability, slowdown, float(system.latency), network, system.on_outage, server)
 
 
 def _distribution(d: Any) -> Any:
@@ -66,7 +71,8 @@ def round_value(rule, batch_size: int) -> clock_model.RoundRule:
         work = cm.Epochs(dist(rule.local_epochs), batch_size)
     else:
         work = None
-    return cm.RoundRule(policy, work, rule.max_local_steps, rule.clients_per_round, selection_value(rule))
+    return cm.RoundRule(policy, work, rule.max_local_steps, rule.clients_per_round, selection_value(rule),
+                        rule.on_deadline, rule.local_time)
 
 
 def selection_value(rule):

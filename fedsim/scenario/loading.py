@@ -144,6 +144,16 @@ def load_scenario_raw(path: str | Path, overrides: list[str] | None = None) -> t
 
 
 
+#: Keys added after run folders already existed, left out of the resolved scenario when at their
+#: default (what they were before the key existed), so an older run folder's scenario.yaml is
+#: still the one its scenario dumps (and ``--resume`` accepts it).
+_NEWER_DEFAULTS = (
+    ("algorithm", "compression", None), ("algorithm", "downlink_compression", None),
+    ("round", "local_time", None), ("round", "on_deadline", "drop"),
+    ("system", "on_outage", "fail"), ("system", "server", None),
+)
+
+
 def dump_scenario(sc: Scenario) -> str:
     """The fully resolved scenario as YAML (round-trips through :func:`parse_scenario`)."""
     raw = sc.model_dump(mode="json")
@@ -153,9 +163,9 @@ def dump_scenario(sc: Scenario) -> str:
     rnd = raw["round"]  # round.selection or the keys it replaces: one of the two forms, never both
     for key in ("sampling", "weights") if rnd.get("selection") is not None else ("selection",):
         rnd.pop(key, None)
-    for key in ("compression", "downlink_compression"):  # off: left out, so older scenarios dump unchanged
-        if raw["algorithm"].get(key) is None:
-            raw["algorithm"].pop(key, None)
+    for section, key, default in _NEWER_DEFAULTS:  # off: left out, so older scenarios dump unchanged
+        if raw[section].get(key, default) == default:
+            raw[section].pop(key, None)
     return yaml.safe_dump(_plain(raw), sort_keys=False)
 
 

@@ -34,6 +34,11 @@ class RoundConfig(_Frozen):
     # asynchronous policy
     concurrency: int | None = Field(None, ge=1)
     buffer: int = Field(1, ge=1)
+    #: async on a time budget: each job computes for S seconds (tau_i from the device, as in a window)
+    local_time: float | None = Field(None, gt=0)
+    #: deadline: a job still computing when the time left is its upload time is dropped (drop) or
+    #: uploads the steps it has done (partial)
+    on_deadline: Literal["drop", "partial"] = "drop"
 
     @field_validator("local_steps", "local_epochs")
     @classmethod

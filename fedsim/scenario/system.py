@@ -127,6 +127,43 @@ class NetworkConfig(_Frozen):
         return _positive_per_client(b, low=1.0)
 
 
+class AggregateFlops(_Frozen):
+    """``system.server.aggregate: {flops: F}``: the server aggregates at F FLOP/s."""
+
+    flops: float = Field(gt=0)
+
+    @field_validator("flops")
+    @classmethod
+    def _finite(cls, f):
+        if not (math.isfinite(f) and f >= 1.0):
+            raise ValueError("must be a finite FLOP/s of at least 1")
+        return f
+
+
+class ServerConfig(_Frozen):
+    """``system.server``: the server's own link, shared by the transfers in flight (bits per
+    second per direction, as ``system.network``; absent: unlimited), and the time it takes to
+    aggregate (seconds per aggregated update, or ``{flops: F}``: 2 x parameters FLOPs per update)."""
+
+    down: float | None = None
+    up: float | None = None
+    aggregate: float | AggregateFlops = 0.0
+
+    @field_validator("down", "up")
+    @classmethod
+    def _bps(cls, b):
+        if b is not None and not (math.isfinite(b) and b >= 1.0):
+            raise ValueError("must be a finite bit rate of at least 1 bit/s")
+        return b
+
+    @field_validator("aggregate")
+    @classmethod
+    def _aggregate(cls, a):
+        if isinstance(a, (int, float)) and not (math.isfinite(a) and 0 <= a <= 1e9):
+            raise ValueError("must be seconds per update in [0, 1e9]")
+        return a
+
+
 class SystemConfig(_Frozen):
     """System heterogeneity: speeds or device compute, network, slowdowns, latency, availability,
     measured traces."""
@@ -142,6 +179,10 @@ class SystemConfig(_Frozen):
     # issue 19: FedScale's online test and job rule (docs/devices.md), and the bytes of one transfer
     trace_semantics: Literal["fedsim", "fedscale"] = "fedsim"
     payload_bytes: Annotated[int, Field(gt=0, le=10**15)] | Literal["fedscale_pickle"] | None = None
+    #: a job hit by an outage: loses its work (fail) or keeps its completed steps and goes on when
+    #: its client is back online, while its round is open (resume)
+    on_outage: Literal["fail", "resume"] = "fail"
+    server: ServerConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -182,6 +223,18 @@ class SystemConfig(_Frozen):
                               "needs trace_repeat cycle")
         if self.payload_bytes is not None and self.trace is None and self.network is None:
             raise _FieldError("system.payload_bytes", "only with system.network or system.trace (transfers to time)")
+        server = self.server
+        if server is not None and (server.up is not None or server.down is not None) and self.trace is None \
+                and self.network is None:
+            key = "up" if server.up is not None else "down"
+            raise _FieldError(f"system.server.{key}", "a shared server link needs transfers with bits to share: "
+                              "give system.network (or a device trace)")
+        if self.on_outage == "resume":
+            if self.trace is None and self.availability == "always":
+                raise _FieldError("system.on_outage", "resume means nothing when every client is always online")
+            if self.trace_semantics == "fedscale":
+                raise _FieldError("system.on_outage", "FedScale's semantics decide a job's fate at its start: "
+                                  "resume needs trace_semantics fedsim")
         return self
 
     def value(self, batch_size: int = 32):
