@@ -109,6 +109,28 @@ class Clock:
         if fast and self.sessions is not None:
             raise ValueError("the vectorised path needs trace_semantics fedsim")
         self.fast = eligible if fast is None else bool(fast)
+        self.params = None if cost is None else cost.params
+        server = system.server
+        if server is not None and server.aggregate_flops is not None and not self.params:
+            raise ValueError("system.server.aggregate flops needs the model's parameter count (WorkCost.params)")
+
+    @property
+    def paced(self) -> bool:
+        """Whether the server's aggregation takes time (each round opens when the last closed)."""
+        return self.system.server is not None and self.system.server.aggregates
+
+    @property
+    def general(self) -> bool:
+        """Whether jobs need events (:mod:`fedsim.clock.jobs`): a shared server link, resume after
+        outages, partial uploads at a deadline, async time budgets or the server's aggregation time."""
+        return (self.transfers.shared or self.system.on_outage == "resume" or self.rule.on_deadline == "partial"
+                or self.rule.local_time is not None or self.paced)
+
+    def rate_of(self, client: int):
+        """Client ``client``'s rate (``fit``, ``finish``): its trace's, or its constant speed."""
+        if self._rates is not None:
+            return self._rates[client]
+        return ConstantRate(float(self.speed_of(np.array([client]))[0]))
 
     def _transfers(self, trace, cost: WorkCost | None) -> Transfers:
         """The transfer seam (:class:`~fedsim.clock.transfer.Transfers`): bandwidths in bits per

@@ -20,6 +20,8 @@ from typing import Iterator
 import numpy as np
 
 from .model import Traced
+from .general import aggregation_seconds
+from .jobs import RUNNING, Machine
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
 from .sim import ClockError
 
@@ -32,12 +34,70 @@ _COMPLETED, _DROPPED, _FAILED = (STATUSES.index(s) for s in ("completed", "dropp
 class _Job:
     """One async job, its fate decided at its start."""
 
-    __slots__ = ("client", "key", "version", "start", "end", "tau", "status", "down", "up", "available")
+    __slots__ = ("client", "key", "version", "start", "end", "tau", "status", "download", "upload", "available",
+                 "resumed", "cut")
 
-    def __init__(self, client, key, version, start, end, tau, status, down, up):
+    def __init__(self, client, key, version, start, end, tau, status, download, upload):
         self.client, self.key, self.version, self.start, self.end = client, key, version, start, end
-        self.tau, self.status, self.down, self.up = tau, status, down, up
+        self.tau, self.status, self.download, self.upload = tau, status, download, upload
         self.available = -1  # clients online at its start, once counted (``_Population.advance``)
+        self.resumed = self.cut = 0
+
+
+class _ClosedJobs:
+    """Jobs whose fate is a closed form of their start (``_start``): a heap of resolution times."""
+
+    def __init__(self, clock, pop: "_Population"):
+        self.clock, self.pop = clock, pop
+        self.traced = isinstance(clock.system.availability, Traced)
+        self.no_slowdown = clock.system.slowdown is None
+        self.heap: list[tuple[float, int]] = []  # (resolution time, key)
+        self.by_key: dict[int, _Job] = {}
+
+    def start(self, pick: np.ndarray, keys: np.ndarray, now: float) -> list[_Job]:
+        _, nxt = self.pop.peek(pick, now)
+        jobs = _start(self.clock, pick, keys, now, nxt, self.traced, self.no_slowdown)
+        for j in jobs:
+            self.by_key[j.key] = j
+            heapq.heappush(self.heap, (j.end, j.key))
+        return jobs
+
+    def next_time(self) -> float:
+        return self.heap[0][0] if self.heap else INF
+
+    def resolve(self, t: float) -> list[_Job]:
+        out = []
+        while self.heap and self.heap[0][0] == t:
+            out.append(self.by_key.pop(heapq.heappop(self.heap)[1]))
+        return out
+
+
+class _EventJobs:
+    """Jobs run event by event (:class:`~fedsim.clock.jobs.Machine`): a shared server link,
+    resume after outages, async time budgets."""
+
+    def __init__(self, clock, pop: "_Population"):
+        self.budget = clock.rule.local_time
+
+        def peek(c: int, t: float) -> tuple[bool, float]:
+            online, nxt = pop.peek(np.array([c], dtype=np.int64), t)
+            return bool(online[0]), float(nxt[0])
+
+        self.machine = Machine(clock, peek, resume=clock.system.on_outage == "resume")
+        self.now = 0.0
+
+    def start(self, pick: np.ndarray, keys: np.ndarray, now: float) -> list:
+        self.now = now
+        return [self.machine.start(int(c), int(k), now, budget=self.budget) for c, k in zip(pick.tolist(), keys.tolist())]
+
+    def next_time(self) -> float:
+        return self.now if self.machine.resolved else self.machine.next_time()
+
+    def resolve(self, t: float) -> list:
+        self.now = t
+        if self.machine.next_time() == t:
+            self.machine.run_instant(t)
+        return self.machine.take()
 
 
 class _Population:
@@ -112,27 +172,43 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
     policy, m = clock.rule.policy, clock.num_clients
     C, K = policy.concurrency, policy.buffer
     pop = _Population(clock)
-    traced = isinstance(clock.system.availability, Traced)
-    no_slowdown = clock.system.slowdown is None
+    backend = _EventJobs(clock, pop) if clock.general else _ClosedJobs(clock, pop)
+    events = clock.general  # jobs' steps may be known only later: no ``started`` list (no prefetch)
     p = clock.p
     busy = np.zeros(m, dtype=bool)
-    in_flight: dict[int, _Job] = {}  # by key
-    heap: list[tuple[float, int]] = []  # (resolution time, key)
-    pending: list[_Job] = []
+    in_flight: dict[int, object] = {}  # by key
+    pending: list = []
     started: list[tuple[int, int, int]] = []
     version, seq, arrivals, last_update, zero_streak = 0, 0, 0, 0.0, 0
     emitted: list[RoundTable] = []
+    # the server's aggregation time: version v is published (handed to starting jobs) at its time
+    published, busy_until, publishing = 0, 0.0, []  # publishing: [(time, version)] not yet reached
 
     def update(now: float) -> None:
-        nonlocal version, arrivals, last_update, pending, started
+        nonlocal version, arrivals, last_update, pending, started, busy_until
         u = version
         first = min(pending, key=lambda j: (j.start, j.key))
         if first.available < 0:
             pop.advance(now)
         version += 1
-        live = [j.version for j in in_flight.values() if j.end > now or j.status == _COMPLETED]
-        emitted.append(_table(u, last_update, now, pending, min(live + [version]), first.available, tuple(started), p))
-        pending, arrivals, last_update, started = [], 0, now, []
+        close = now
+        if clock.paced:
+            close = max(now, busy_until) + aggregation_seconds(clock, arrivals)
+            busy_until = close
+            publishing.append((close, version))
+        live = [j.version for j in in_flight.values() if j.status in (RUNNING, _COMPLETED) or j.end > now]
+        newest = published_at(now)
+        emitted.append(_table(u, last_update, close, pending, min(live + [newest]), first.available, tuple(started), p))
+        pending, arrivals, last_update, started = [], 0, close, []
+
+    def published_at(t: float) -> int:
+        """The model version a job starting at ``t`` downloads."""
+        nonlocal published
+        if not clock.paced:
+            return version
+        while publishing and publishing[0][0] <= t:
+            published = publishing.pop(0)[1]
+        return published
 
     def fill(now: float) -> bool:
         """Start jobs in the free slots; True when candidates ran out with slots still free."""
@@ -162,21 +238,20 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
             return True
         keys = np.arange(seq, seq + len(pick), dtype=np.int64)
         seq += len(pick)
-        _, nxt = pop.peek(pick, now)
-        jobs = _start(clock, pick, keys, now, nxt, traced, no_slowdown)
-        for j in jobs:
-            j.version = version
+        v = published_at(now)
+        for j in backend.start(pick, keys, now):
+            j.version = v
             in_flight[j.key] = j
             busy[j.client] = True
             pop.waiting.append(j)
-            heapq.heappush(heap, (j.end, j.key))
-            if j.tau == 0:
+            if j.status == _DROPPED if events else j.tau == 0:  # no room for one step: dropped at its start
                 zero_streak += 1
                 if zero_streak > 1000 * m:
                     raise ClockError("policy async: no client gets any local steps (tau = 0 for every job)")
             else:
                 zero_streak = 0
-                started.append((j.client, j.key, j.tau))
+                if not events:
+                    started.append((j.client, j.key, j.tau))
         return len(pick) < free
 
     def settle(now: float, batch: list[_Job]) -> None:
@@ -194,18 +269,15 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
     last_seen = 0.0
     while True:
         wake = pop.next_online(last_seen) if starved else INF  # starved: the next client to come online
-        t = min(heap[0][0] if heap else INF, wake)
+        t = min(backend.next_time(), wake)
         if t == INF:
             raise ClockError(f"the clock stops at t={last_seen:g}: no client is online and none ever comes online again")
         while True:  # every settle of instant t (a job can start and resolve within it)
-            batch = []
-            while heap and heap[0][0] == t:
-                batch.append(in_flight[heapq.heappop(heap)[1]])
-            settle(t, batch)
+            settle(t, backend.resolve(t))
             while emitted:  # observed by the runner before the slots are filled
                 yield emitted.pop(0)
             starved = fill(t)
-            if not (heap and heap[0][0] == t):
+            if backend.next_time() != t:
                 break
         last_seen = t
 
@@ -257,8 +329,10 @@ def _table(u: int, open_: float, close: float, jobs: list[_Job], min_live: int, 
         "staleness": u - version,
         "weight": p[client].astype(np.float64),
         "count": np.ones(n, dtype=np.int64),
-        "download": np.fromiter((j.down for j in jobs), dtype=np.float64, count=n),
-        "upload": np.fromiter((j.up for j in jobs), dtype=np.float64, count=n),
+        "download": np.fromiter((j.download for j in jobs), dtype=np.float64, count=n),
+        "upload": np.fromiter((j.upload for j in jobs), dtype=np.float64, count=n),
+        "resumed": np.fromiter((j.resumed for j in jobs), dtype=np.int64, count=n),
+        "cut": np.fromiter((j.cut for j in jobs), dtype=np.int64, count=n),
     }
     assert tuple(cols) == JOB_COLUMNS
     return RoundTable(u, open_, close, min_live, cols, available, started)

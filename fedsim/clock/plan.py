@@ -40,6 +40,9 @@ class Job:
             offline rows, 1 otherwise.
         download: seconds the model download took (0 when the job never started one).
         upload: seconds the upload took (0 when the job never started one).
+        resumed: outages the job sat out and went on after (``system.on_outage: resume``).
+        cut: 1 when the job uploaded fewer steps than prescribed because the time left was its
+            upload time (``round.on_deadline: partial``).
     """
 
     round: int
@@ -55,6 +58,8 @@ class Job:
     count: int = 1
     download: float = 0.0
     upload: float = 0.0
+    resumed: int = 0
+    cut: int = 0
 
 
 #: Column names of a job table (the fields of :class:`Job`, in order).
@@ -111,6 +116,8 @@ _DTYPES = {
     "count": np.int64,
     "download": np.float64,
     "upload": np.float64,
+    "resumed": np.int64,
+    "cut": np.int64,
 }
 
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from .general import general_tables
 from .heap import async_tables
 from .vectorised import window_tables
 from .vectorised_wait import prescribed_tables
@@ -59,7 +60,7 @@ class Policy:
     def tables(self, clock, selector):
         """The fast path's iterator of :class:`~fedsim.clock.plan.RoundTable` for ``clock``,
         picking through ``selector`` (:class:`fedsim.clock.feedback.Selector`)."""
-        return prescribed_tables(clock, selector)
+        return general_tables(clock, selector) if clock.general else prescribed_tables(clock, selector)
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class Window(Policy):
         return float(self.window), "round.window"
 
     def tables(self, clock, selector):
-        return window_tables(clock, selector)
+        return general_tables(clock, selector) if clock.general else window_tables(clock, selector)
 
 
 @dataclass(frozen=True)

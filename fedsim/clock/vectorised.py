@@ -87,6 +87,8 @@ def window_tables(clock, selector) -> Iterator[RoundTable]:
             "count": np.asarray(counts, dtype=np.int64),
             "download": np.where(done | (failed & (t_d < t_fail)), down, 0.0),
             "upload": np.where(done, up, 0.0),
+            "resumed": np.zeros(n, dtype=np.int64),
+            "cut": np.zeros(n, dtype=np.int64),
         }
         if rule.clients_per_round is None and len(online) < m:
             cols = _with_offline_rows(cols, online, m, r, t_open)

@@ -63,7 +63,7 @@ def prescribed_tables(clock, selector) -> Iterator[RoundTable]:
         cols["client"] = chosen.astype(np.int64)
         cols["start"] = np.full(n, t_open, dtype=np.float64)
         cols["key"] = cols["version"] = np.full(n, r, dtype=np.int64)
-        cols["staleness"] = np.zeros(n, dtype=np.int64)
+        cols["staleness"] = cols["resumed"] = cols["cut"] = np.zeros(n, dtype=np.int64)
         cols = {name: cols[name] for name in JOB_COLUMNS}
         if rule.clients_per_round is None and len(online) < m:
             cols = _with_offline_rows(cols, online, m, r, t_open)
