@@ -114,6 +114,12 @@ class Clock:
         if server is not None and server.aggregate_flops is not None and not self.params:
             raise ValueError("system.server.aggregate flops needs the model's parameter count (WorkCost.params)")
 
+    def aggregation_seconds(self, updates: int) -> float:
+        """How long the server takes to aggregate ``updates`` client updates (0 without
+        ``system.server``'s aggregation time)."""
+        server = self.system.server
+        return 0.0 if server is None else server.aggregation_seconds(updates, self.params)
+
     @property
     def paced(self) -> bool:
         """Whether the server's aggregation takes time (each round opens when the last closed)."""

@@ -24,20 +24,9 @@ from .jobs import INF, JobRun, Machine
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
 from .sim import ClockError
 
-__all__ = ["general_tables", "aggregation_seconds", "row_columns"]
+__all__ = ["general_tables", "row_columns"]
 
 _COMPLETED, _DROPPED, _FAILED = (STATUSES.index(s) for s in ("completed", "dropped", "failed"))
-
-
-def aggregation_seconds(clock, updates: int) -> float:
-    """How long the server takes to aggregate ``updates`` client updates (``system.server``): A x
-    updates, or 2 x parameters x updates / the server's FLOP/s; 0 without aggregation time."""
-    server = clock.system.server
-    if server is None or updates <= 0:
-        return 0.0
-    if server.aggregate_flops is not None:
-        return 2.0 * float(clock.params) * updates / server.aggregate_flops
-    return server.aggregate * updates
 
 
 def _peek(states):
@@ -87,7 +76,7 @@ def general_tables(clock, selector) -> Iterator[RoundTable]:
         kept = [j for j in jobs if j.status == _COMPLETED and j.tau > 0]
         cols = row_columns(jobs, r, picked.weights, picked.counts, close)
         if paced:
-            close = close + aggregation_seconds(clock, len(kept))
+            close = close + clock.aggregation_seconds(len(kept))
         if rule.clients_per_round is None and len(online) < m:
             from .vectorised import _with_offline_rows
 

@@ -20,7 +20,6 @@ from typing import Iterator
 import numpy as np
 
 from .model import Traced
-from .general import aggregation_seconds
 from .jobs import RUNNING, Machine
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
 from .sim import ClockError
@@ -183,6 +182,8 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
     emitted: list[RoundTable] = []
     # the server's aggregation time: version v is published (handed to starting jobs) at its time
     published, busy_until, publishing = 0, 0.0, []  # publishing: [(time, version)] not yet reached
+    # general jobs: a client whose job fits no step is not asked again at the same instant
+    declined, declined_at = np.zeros(0, dtype=np.int64), -1.0
 
     def update(now: float) -> None:
         nonlocal version, arrivals, last_update, pending, started, busy_until
@@ -193,7 +194,7 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
         version += 1
         close = now
         if clock.paced:
-            close = max(now, busy_until) + aggregation_seconds(clock, arrivals)
+            close = max(now, busy_until) + clock.aggregation_seconds(arrivals)
             busy_until = close
             publishing.append((close, version))
         live = [j.version for j in in_flight.values() if j.status in (RUNNING, _COMPLETED) or j.end > now]
@@ -212,20 +213,26 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
 
     def fill(now: float) -> bool:
         """Start jobs in the free slots; True when candidates ran out with slots still free."""
-        nonlocal seq, zero_streak
+        nonlocal seq, zero_streak, declined, declined_at
         free = C - len(in_flight)
         if free <= 0:
             return False
+        if declined_at != now:
+            declined, declined_at = declined[:0], now
         if clock.checkin:
             def candidates():
                 on = pop.online_now(now)
-                return on[~busy[on]]
+                on = on[~busy[on]]
+                return on[~np.isin(on, declined)] if len(declined) else on
 
             def is_candidate(cs):
-                return pop.peek(cs, now)[0] & ~busy[cs]
+                ok = pop.peek(cs, now)[0] & ~busy[cs]
+                return ok & ~np.isin(cs, declined) if len(declined) else ok
         else:
             on = pop.online_now(now)
             cand = on[~busy[on]]
+            if len(declined):
+                cand = cand[~np.isin(cand, declined)]
             if not len(cand):
                 return True
 
@@ -244,7 +251,9 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
             in_flight[j.key] = j
             busy[j.client] = True
             pop.waiting.append(j)
-            if j.status == _DROPPED if events else j.tau == 0:  # no room for one step: dropped at its start
+            if (j.status == _DROPPED) if events else (j.tau == 0):  # no room for one step: dropped at its start
+                if events:
+                    declined = np.append(declined, j.client)
                 zero_streak += 1
                 if zero_streak > 1000 * m:
                     raise ClockError("policy async: no client gets any local steps (tau = 0 for every job)")
@@ -273,10 +282,14 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
         if t == INF:
             raise ClockError(f"the clock stops at t={last_seen:g}: no client is online and none ever comes online again")
         while True:  # every settle of instant t (a job can start and resolve within it)
-            settle(t, backend.resolve(t))
+            batch = backend.resolve(t)
+            if not batch and t != wake:  # events of jobs in flight that resolve none: no server decision
+                break
+            settle(t, batch)
             while emitted:  # observed by the runner before the slots are filled
                 yield emitted.pop(0)
             starved = fill(t)
+            wake = INF
             if backend.next_time() != t:
                 break
         last_seen = t

@@ -162,6 +162,15 @@ class Server:
         """Whether aggregation takes time."""
         return self.aggregate > 0 or self.aggregate_flops is not None
 
+    def aggregation_seconds(self, updates: int, params: int | None) -> float:
+        """Seconds to aggregate ``updates`` client updates: ``aggregate`` x updates, or 2 x
+        ``params`` x updates / ``aggregate_flops`` (a multiply-add per parameter and update)."""
+        if updates <= 0:
+            return 0.0
+        if self.aggregate_flops is not None:
+            return 2.0 * float(params) * updates / self.aggregate_flops
+        return self.aggregate * updates
+
 
 @dataclass(frozen=True)
 class System:
