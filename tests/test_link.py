@@ -1,5 +1,6 @@
 """The server link's processor sharing (fedsim.clock.link): hand-checked cases and an exact reference."""
 
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -26,7 +27,10 @@ def test_fair_rates_by_hand():
     assert fair_rates(np.array([10.0, 1.0, 10.0]), 10.0).tolist() == [4.5, 1.0, 4.5]
     assert fair_rates(np.array([3.0, 10.0, 3.0]), 9.0).tolist() == [3.0, 3.0, 3.0]
     assert fair_rates(np.array([2.0, 8.0, 8.0]), 10.0).tolist() == [2.0, 4.0, 4.0]
-    assert fair_rates(np.array([2.0, INF]), 10.0).tolist() == [2.0, 8.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0 * inf on the way
+        assert fair_rates(np.array([2.0, INF]), 10.0).tolist() == [2.0, 8.0]
+        assert fair_rates(np.array([INF, INF]), 10.0).tolist() == [5.0, 5.0]
     assert fair_rates(np.array([7.0, 1e9]), INF).tolist() == [7.0, 1e9]
     assert fair_rates(np.array([]), 10.0).tolist() == []
 
@@ -150,6 +154,18 @@ def test_a_rate_change_one_float_before_a_finish_stays_in_the_present():
     link.add(1, t, 1.0, 1.0)
     assert link.next_finish() == t
     assert link.pop_finished(t) == [0]
+
+
+def test_a_client_with_no_limit_of_its_own_gets_the_link():
+    """C = 10: a transfer of 20 bits with cap inf alone moves at 10 (finish 2); a second one, cap 2,
+    from t = 1: rates 8 and 2, the first has 10 left, finishing at 1 + 10/8 = 2.25."""
+    link = SharedLink(10.0)
+    link.add(0, 0.0, 20.0, INF)
+    assert link.next_finish() == 2.0
+    link.add(1, 1.0, 100.0, 2.0)
+    assert link.next_finish() == 2.25
+    with pytest.raises(ValueError, match="no capacity"):
+        SharedLink(INF).add(0, 0.0, 1.0, INF)
 
 
 def test_bad_calls_are_refused():
