@@ -288,11 +288,15 @@ def test_sweep_equals_the_exact_reference(rows, capacity, halves):
 
 def test_sweep_edge_cases():
     """A transfer of 0 bits finishes at its start; one leaving at or before its start never starts;
-    one finishing exactly when it leaves finishes (finishes come first at an instant)."""
+    one finishing exactly when it leaves finishes (finishes come first at an instant): C = 4, two
+    of 4 bits at cap 2 from 0, one leaving at 1; the other, at 2 throughout, finishes at 2."""
     got = sweep([1.0, 2.0, 0.0, 0.0], [0.0, 5.0, 4.0, 4.0], [1.0, 1.0, 2.0, 2.0], 4.0,
                 leave=[INF, 2.0, 2.0, 1.0])
     assert got.tolist() == [1.0, INF, 2.0, INF]
     assert sweep([], [], [], 1.0).tolist() == []
+    # times may be negative: A (10 bits) alone at 4 from -3 has 2 left at -1, when B (1 bit) starts;
+    # both at 2: B done at -0.5, A then has 1 left, alone at 4: done at -0.25
+    assert sweep([-3.0, -1.0], [10.0, 1.0], [4.0, 4.0], 4.0).tolist() == [-0.25, -0.5]
     with pytest.raises(ValueError):
         sweep([0.0], [1.0], [0.0], 1.0)
     with pytest.raises(ValueError):

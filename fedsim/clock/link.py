@@ -112,7 +112,7 @@ class SharedLink:
 
     def __init__(self, capacity: float):
         self.capacity = _check_capacity(capacity)
-        self.now = 0.0
+        self.now = -INF  # no event yet: the first may come at any finite time
         self._n = 0
         self._f = np.empty((5, 16))  # rows _CAP.._FIN; the first _n columns, sorted by cap, are in flight
         self._key = np.empty(16, dtype=np.int64)
@@ -147,8 +147,12 @@ class SharedLink:
         self._rerate(t)
 
     def add_many(self, keys, t: float, bits, caps) -> None:
-        """Start several transfers at time t in one rate change (``add`` one by one, in index
-        order, without the intermediate rate changes, which last no time)."""
+        """Start several transfers at time t in one rate change.
+
+        The same as ``add`` one by one in index order (the intermediate rate changes last no time
+        and leave each remaining q as it was at t), except that a transfer whose rate the whole
+        batch leaves unchanged keeps its prediction, where one by one it would be recomputed.
+        """
         self._advance(t)
         keys = np.asarray(keys, dtype=np.int64).ravel()
         bits = np.asarray(bits, dtype=np.float64).ravel()
