@@ -36,7 +36,9 @@ Floating-point rules, which make every clock path that drives a :class:`SharedLi
   first happens first. :func:`sweep` finishes first, then removes, then adds.
 
 Each event costs O(n) numpy work on the n transfers in flight (kept sorted by cap, so (3) needs
-prefix sums and a binary search, not a sort), and no Python loop over transfers.
+prefix sums and a binary search, not a sort), and no Python loop over transfers. A cap is held as
+min(c_i, C), which changes no rate (L <= C), so a client with no bandwidth limit of its own
+(c_i = inf) is limited by the link alone.
 """
 
 from __future__ import annotations
@@ -59,17 +61,18 @@ def _check_capacity(capacity) -> float:
 
 
 def _level(sorted_caps: np.ndarray, capacity: float) -> float:
-    """The level L of (2)-(3) for caps sorted ascending."""
+    """The level L of (2)-(3) for finite caps sorted ascending."""
     n = sorted_caps.size
     if n == 0 or capacity == INF:
         return INF
-    below = np.zeros(n)
-    np.cumsum(sorted_caps[:-1], out=below[1:])  # S_k, k = 0..n-1
-    g = below + np.arange(n, 0, -1) * sorted_caps  # g_k = S_k + (n - k) c_(k+1)
+    upto = np.cumsum(sorted_caps)  # S_(k+1), k = 0..n-1
+    g = np.arange(n - 1, -1, -1, dtype=np.float64)
+    g *= sorted_caps
+    g += upto  # S_(k+1) + (n - k - 1) c_(k+1) = g_k
     k = int(np.searchsorted(g, capacity, side="left"))
     if k == n:
         return INF
-    return float((capacity - below[k]) / (n - k))
+    return (capacity - (float(upto[k - 1]) if k else 0.0)) / (n - k)
 
 
 def fair_rates(caps: np.ndarray, capacity: float) -> np.ndarray:
@@ -92,6 +95,7 @@ def fair_rates(caps: np.ndarray, capacity: float) -> np.ndarray:
         raise ValueError("every cap must be > 0")
     if capacity == INF:
         return c.copy()
+    c = np.minimum(c, capacity)  # min(c, L) = min(min(c, C), L) as L <= C; no inf cap in (3)
     return np.minimum(c, _level(np.sort(c), capacity))
 
 
@@ -108,9 +112,9 @@ class SharedLink:
 
     def __init__(self, capacity: float):
         self.capacity = _check_capacity(capacity)
-        self.now = 0.0
+        self.now = -INF  # no event yet: the first may come at any finite time
         self._n = 0
-        self._f = np.empty((5, 16))  # rows _CAP.._FIN, columns sorted by cap
+        self._f = np.empty((5, 16))  # rows _CAP.._FIN; the first _n columns, sorted by cap, are in flight
         self._key = np.empty(16, dtype=np.int64)
         self._fmin = INF
 
@@ -123,13 +127,32 @@ class SharedLink:
         return self._fmin
 
     def add(self, key: int, t: float, bits: float, cap: float) -> None:
-        """Start transfer ``key`` of ``bits`` > 0 at time t at most ``cap`` > 0 (its client's own bandwidth)."""
-        self.add_many(np.array([key], dtype=np.int64), t, np.array([bits], dtype=np.float64),
-                      np.array([cap], dtype=np.float64))
+        """Start transfer ``key`` of ``bits`` > 0 at time t, at most ``cap`` > 0 (its client's own
+        bandwidth)."""
+        self._advance(t)
+        bits, cap = float(bits), float(cap)
+        self._check(bits > 0 and bits < INF, cap > 0, cap < INF)
+        cap = min(cap, self.capacity)  # min(c, L) = min(min(c, C), L) as L <= C
+        n = self._n
+        if (self._key[:n] == key).any():
+            raise ValueError(f"key {key!r} is already on the link")
+        self._reserve(1)
+        f, k = self._f, self._key
+        p = int(np.searchsorted(f[_CAP, :n], cap, side="right"))
+        f[:, p + 1 : n + 1] = f[:, p:n]
+        k[p + 1 : n + 1] = k[p:n]
+        f[:, p] = (cap, 0.0, bits, t, INF)  # rate 0: the first rate change sets q = bits, t0 = t
+        k[p] = key
+        self._n = n + 1
+        self._rerate(t)
 
     def add_many(self, keys, t: float, bits, caps) -> None:
-        """Start several transfers at time t in one rate change (what ``add`` one by one gives,
-        with the intermediate rate changes, which last no time, skipped)."""
+        """Start several transfers at time t in one rate change.
+
+        The same as ``add`` one by one in index order (the intermediate rate changes last no time
+        and leave each remaining q as it was at t), except that a transfer whose rate the whole
+        batch leaves unchanged keeps its prediction, where one by one it would be recomputed.
+        """
         self._advance(t)
         keys = np.asarray(keys, dtype=np.int64).ravel()
         bits = np.asarray(bits, dtype=np.float64).ravel()
@@ -139,38 +162,40 @@ class SharedLink:
             raise ValueError("keys, bits and caps must have the same length")
         if m == 0:
             return
-        if not ((bits > 0) & (bits < INF)).all():
-            raise ValueError("bits must be finite and > 0 (a transfer of 0 bits is the caller's)")
-        if not (caps > 0).all():
-            raise ValueError("caps must be > 0")
-        if self.capacity == INF and not (caps < INF).all():
-            raise ValueError("a transfer with no cap on a link with no capacity takes no time (the caller's)")
+        self._check(((bits > 0) & (bits < INF)).all(), (caps > 0).all(), (caps < INF).all())
         n = self._n
         if np.unique(keys).size != m or np.isin(keys, self._key[:n]).any():
-            raise ValueError("a key is already on the link")
+            raise ValueError("a key is already on the link (or given twice)")
+        caps = np.minimum(caps, self.capacity)
         order = np.argsort(caps, kind="stable")
         new = np.empty((5, m))
         new[_CAP] = caps[order]
-        new[_RATE] = 0.0  # so the first rate change sets q = bits, t0 = t
+        new[_RATE] = 0.0
         new[_REM] = bits[order]
         new[_T0] = t
         new[_FIN] = INF
         at = np.searchsorted(self._f[_CAP, :n], new[_CAP], side="right")
-        f = np.insert(self._f[:, :n], at, new, axis=1)
-        self._key = np.insert(self._key[:n], at, keys[order])
-        self._f, self._n = f, n + m
+        merged = np.insert(self._f[:, :n], at, new, axis=1)
+        merged_keys = np.insert(self._key[:n], at, keys[order])
+        self._reserve(m)
+        self._f[:, : n + m] = merged
+        self._key[: n + m] = merged_keys
+        self._n = n + m
         self._rerate(t)
 
     def remove(self, key: int, t: float) -> None:
         """Cancel transfer ``key`` at time t (an outage, the round closed); no-op if absent."""
-        self.remove_many(np.array([key], dtype=np.int64), t)
+        self._advance(t)
+        at = np.flatnonzero(self._key[: self._n] == key)
+        if at.size:
+            self._drop(at, t)
 
     def remove_many(self, keys, t: float) -> None:
         """Cancel several transfers at time t in one rate change; absent keys are ignored."""
         self._advance(t)
-        hit = np.isin(self._key[: self._n], np.asarray(keys, dtype=np.int64).ravel())
-        if hit.any():
-            self._drop(~hit, t)
+        at = np.flatnonzero(np.isin(self._key[: self._n], np.asarray(keys, dtype=np.int64).ravel()))
+        if at.size:
+            self._drop(at, t)
 
     def pop_finished(self, t: float) -> list[int]:
         """Advance to t (<= ``next_finish()``) and return the keys finishing at t, in ascending
@@ -178,9 +203,9 @@ class SharedLink:
         self._advance(t)
         if t < self._fmin:
             return []
-        done = self._f[_FIN, : self._n] == t
-        keys = np.sort(self._key[: self._n][done]).tolist()
-        self._drop(~done, t)
+        at = np.flatnonzero(self._f[_FIN, : self._n] == t)
+        keys = np.sort(self._key[at]).tolist()
+        self._drop(at, t)
         return keys
 
     # -- internals -------------------------------------------------------------------------------
@@ -194,10 +219,36 @@ class SharedLink:
             raise ValueError(f"event at t={t!r} after the predicted finish {self._fmin!r}: pop_finished first")
         self.now = float(t)
 
-    def _drop(self, keep: np.ndarray, t: float) -> None:
-        self._f = self._f[:, : self._n][:, keep]
-        self._key = self._key[: self._n][keep]
-        self._n = self._key.size
+    def _check(self, bits_ok, caps_ok, caps_finite) -> None:
+        if not bits_ok:
+            raise ValueError("bits must be finite and > 0 (a transfer of 0 bits is the caller's)")
+        if not caps_ok:
+            raise ValueError("caps must be > 0")
+        if self.capacity == INF and not caps_finite:
+            raise ValueError("a transfer with no cap on a link with no capacity takes no time (the caller's)")
+
+    def _reserve(self, m: int) -> None:
+        cols = self._key.size
+        if self._n + m > cols:
+            cols = max(2 * cols, self._n + m)
+            f, k = np.empty((5, cols)), np.empty(cols, dtype=np.int64)
+            f[:, : self._n] = self._f[:, : self._n]
+            k[: self._n] = self._key[: self._n]
+            self._f, self._key = f, k
+
+    def _drop(self, at: np.ndarray, t: float) -> None:
+        """Take the columns ``at`` (ascending) off the link at time t."""
+        n, f, k = self._n, self._f, self._key
+        if at.size == 1:
+            i = int(at[0])
+            f[:, i : n - 1] = f[:, i + 1 : n]
+            k[i : n - 1] = k[i + 1 : n]
+        else:
+            keep = np.ones(n, dtype=bool)
+            keep[at] = False
+            f[:, : n - at.size] = f[:, :n][:, keep]
+            k[: n - at.size] = k[:n][keep]
+        self._n = n - at.size
         self._rerate(t)
 
     def _rerate(self, t: float) -> None:
@@ -206,18 +257,20 @@ class SharedLink:
         if n == 0:
             self._fmin = INF
             return
-        f = self._f
-        cap, rate, fin = f[_CAP, :n], f[_RATE, :n], f[_FIN, :n]
-        new = np.minimum(cap, _level(cap, self.capacity))
-        idx = np.flatnonzero((new != rate) & (fin > t))
-        if idx.size:
-            r, r_new = rate[idx], new[idx]
-            q = f[_REM, idx] - r * (t - f[_T0, idx])
-            np.maximum(q, 0.0, out=q)
-            f[_REM, idx] = q
-            f[_T0, idx] = t
-            f[_RATE, idx] = r_new
-            f[_FIN, idx] = t + q / r_new
+        cap, rate, rem, t0, fin = self._f[:, :n]
+        new = cap if self.capacity == INF else np.minimum(cap, _level(cap, self.capacity))
+        change = new != rate
+        change &= fin > t  # a transfer predicted at t finishes at t
+        q = t - t0
+        q *= rate
+        np.subtract(rem, q, out=q)
+        np.maximum(q, 0.0, out=q)
+        np.copyto(rem, q, where=change)
+        np.copyto(t0, t, where=change)
+        np.copyto(rate, new, where=change)
+        q /= new
+        q += t
+        np.copyto(fin, q, where=change)
         self._fmin = float(fin.min())
 
 
