@@ -23,9 +23,10 @@ from .clock.plan import aggregation_weights
 from .data.federated import FederatedData
 from .data.quadratic import QuadraticProblem
 from .report.parquet import ParquetTableWriter, table_path
+from .records import client_columns
 from .report.tables import CLIENT_COLUMNS, fmt
 from .runner.clock import build_clock
-from .runner.folder import locked, prepare_folder
+from .runner.folder import locked, prepare_folder, uses_levers
 from .scenario import Scenario
 
 __all__ = ["run_schedule", "client_sizes_and_weights", "round_row", "round_line", "client_lines"]
@@ -80,7 +81,8 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
                             "with their updates; --schedule-only trains nothing")
     with locked(out):
         prepare_folder(sc, out, force=force)
-        (_write_parquet if table_format == "parquet" else _write_tables)(clock, sc.rounds, out)
+        columns = client_columns(uses_levers(sc))
+        (_write_parquet if table_format == "parquet" else _write_tables)(clock, sc.rounds, out, columns)
 
 
 def _tables(clock, rounds: int):
@@ -100,7 +102,9 @@ def work_cost_for(sc: Scenario, ds, model=None):
     """The model's cost (FLOPs per step, bytes per transfer) when the system model needs it:
     ``system.compute``, ``system.network`` or a trace (device traces time steps and transfers)."""
     s = sc.system
-    if isinstance(ds, QuadraticProblem) or (s.compute is None and s.network is None and s.trace is None):
+    flops_aggregate = s.server is not None and getattr(s.server.aggregate, "flops", None) is not None
+    if isinstance(ds, QuadraticProblem) or (s.compute is None and s.network is None and s.trace is None
+                                           and not flops_aggregate):
         return None  # the quadratic problem has no model: no FLOPs or bytes (refused with those, check_runnable)
     from .devices.cost import work_cost
     from .engine.workload import make_model
@@ -111,33 +115,33 @@ def work_cost_for(sc: Scenario, ds, model=None):
                      count_flops=s.compute is not None, payload=s.payload_bytes)
 
 
-def _write_tables(clock, rounds: int, out: Path) -> None:
+def _write_tables(clock, rounds: int, out: Path, columns: list[str]) -> None:
     with open(out / "rounds.csv", "w", encoding="utf-8", newline="") as fr, \
             open(out / "clients.csv", "w", encoding="utf-8", newline="") as fc:
         fr.write(",".join(SCHEDULE_ROUND_COLUMNS) + "\n")
-        fc.write(",".join(CLIENT_COLUMNS) + "\n")
+        fc.write(",".join(columns) + "\n")
         for table in _tables(clock, rounds):
             fr.write(round_line(table))
-            fc.write(client_lines(table))
+            fc.write(client_lines(table, columns))
             fr.flush()
             fc.flush()
         for f in (fr, fc):
             os.fsync(f.fileno())
 
 
-def _write_parquet(clock, rounds: int, out: Path) -> None:
+def _write_parquet(clock, rounds: int, out: Path, columns: list[str]) -> None:
     """The tables as Parquet parts: each round's client columns go in as numpy arrays (a part per
     ``rows_per_part`` rows, the rest at the end); the rows are those of :func:`_write_tables`."""
     import pyarrow as pa
 
     fr = ParquetTableWriter(table_path(out, "rounds"), SCHEDULE_ROUND_COLUMNS)
-    fc = ParquetTableWriter(table_path(out, "clients"), CLIENT_COLUMNS)
+    fc = ParquetTableWriter(table_path(out, "clients"), columns)
     names = pa.array(STATUSES, type=pa.string())
     for table in _tables(clock, rounds):
         fr.write([round_row(table)])
         c = table.columns
         status = names.take(pa.array(c["status"]))  # status codes to their names, in C
-        fc.write_columns({**{k: c[k] for k in CLIENT_COLUMNS if k in c}, "status": status}, len(table))
+        fc.write_columns({**{k: c[k] for k in columns if k in c}, "status": status}, len(table))
     fr.close()
     fc.close()
 
@@ -180,8 +184,8 @@ def _float_text(a: np.ndarray) -> list[str]:
     return text
 
 
-def client_lines(table: RoundTable) -> str:
-    """The ``clients.csv`` lines of one round (``a_norm`` empty: nothing was trained)."""
+def client_lines(table: RoundTable, columns: list[str] = CLIENT_COLUMNS) -> str:
+    """The ``clients.csv`` lines of one round in ``columns`` (``a_norm`` empty: nothing was trained)."""
     c, n = table.columns, len(table)
     if n == 0:
         return ""
@@ -197,6 +201,8 @@ def client_lines(table: RoundTable) -> str:
         "weight": _float_text(c["weight"]),
         "download": _float_text(c["download"]),
         "upload": _float_text(c["upload"]),
+        "resumed": _int_text(c["resumed"]),
+        "cut": _int_text(c["cut"]),
     }
     blank = [""] * n
-    return "\n".join(map(",".join, zip(*(cols.get(name, blank) for name in CLIENT_COLUMNS)))) + "\n"
+    return "\n".join(map(",".join, zip(*(cols.get(name, blank) for name in columns)))) + "\n"

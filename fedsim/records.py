@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-__all__ = ["RoundRecord", "ClientRecord", "RunSummary", "columns"]
+__all__ = ["RoundRecord", "ClientRecord", "RunSummary", "columns", "client_columns", "LEVER_COLUMNS"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class ClientRecord:
     The clock's :class:`fedsim.clock.plan.Job` fields of the same names, plus ``a_norm``
     (||a_i||_1 of the client's local run, 0 unless it reached the server) and ``weight`` (sync:
     the aggregation weight w_i after redistribution, 0 if not aggregated; async: the update's
-    coefficient c_k).
+    coefficient c_k). ``resumed`` (outages the job sat out) and ``cut`` (1: a partial upload at a
+    deadline) are columns only of runs with those levers (:func:`client_columns`).
     """
 
     round: int
@@ -67,6 +68,19 @@ class ClientRecord:
     weight: float
     download: float = 0.0
     upload: float = 0.0
+    resumed: int = 0
+    cut: int = 0
+
+
+#: ``clients.csv`` columns written only by runs that use them (``system.on_outage: resume``,
+#: ``round.on_deadline: partial``), so every other run's table keeps its columns.
+LEVER_COLUMNS = ("resumed", "cut")
+
+
+def client_columns(levers: bool = False) -> list[str]:
+    """The columns of ``clients.csv``: :class:`ClientRecord`'s fields, ``resumed`` and ``cut``
+    only with ``levers``."""
+    return columns(ClientRecord, omit=() if levers else LEVER_COLUMNS)
 
 
 def columns(record: type, *, omit: tuple[str, ...] = ()) -> list[str]:

@@ -15,9 +15,9 @@ A job (start t0, client online then):
 2. compute from the download's end t_d: with a last useful instant ``stop`` (window: close - up;
    ``on_deadline: partial``: deadline - up, with ``up`` the client's upload alone; async
    ``local_time`` S: t_d + S, moved on by any outage it sits out) it does tau = min(cap,
-   fit(t_d, stop)) whole steps and ends at min(finish(t_d, tau), stop); else tau = cap. A job that
-   fits no step is dropped (when the download is alone that is known at the start: it never
-   downloads).
+   fit(t_d, stop)) whole steps and ends at min(finish(t_d, tau), stop) (a time budget: at stop,
+   the budget spent whole); else tau = cap. A job that fits no step is dropped (when the download
+   is alone that is known at the start: it never downloads).
 3. upload from the compute's end: alone it ends at t_c + (L + b_u / c_u) (at most the round's
    fixed close or the partial deadline); shared: as the download.
 
@@ -188,7 +188,8 @@ class Machine:
         if job.stop is not None:
             fit = rate.fit(t, job.stop, slow)
             more = fit if left is None else min(fit, left)
-            job.t_ce = max(t, min(rate.finish(t, more, slow), job.stop))
+            end = job.stop if job.budget is not None else min(rate.finish(t, more, slow), job.stop)
+            job.t_ce = max(t, end)  # a time budget is spent whole; a window's compute ends with its last step
         else:
             more = left
             job.t_ce = rate.finish(t, more, slow)

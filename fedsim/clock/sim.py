@@ -323,7 +323,8 @@ class Simulation:
         if run.stop is not None:
             fit = rate.fit(t, run.stop, slow)
             more = fit if left is None else min(fit, left)
-            run.t_ce = max(t, min(rate.finish(t, more, slow), run.stop))
+            end = run.stop if run.budget is not None else min(rate.finish(t, more, slow), run.stop)
+            run.t_ce = max(t, end)  # a time budget is spent whole; a window's compute ends with its last step
         else:
             more = left
             run.t_ce = rate.finish(t, more, slow)

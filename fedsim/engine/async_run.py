@@ -138,7 +138,7 @@ class AsyncEngine(SyncEngine):
                 round=plan.round, client=j.client, status=j.status, steps=j.steps,
                 a_norm=float(a_norm[i]) if i is not None else 0.0, start=float(j.start), end=float(j.end),
                 version=j.version, staleness=j.staleness, weight=float(coef[i]) if i is not None else 0.0,
-                download=j.download, upload=j.upload,
+                download=j.download, upload=j.upload, resumed=j.resumed, cut=j.cut,
             ))
         self._reported = reported_of([Task(j.client, j.steps, j.key) for j in done], loss, loss_sq, spec.batch_size)
         record = RoundRecord(

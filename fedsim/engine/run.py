@@ -173,7 +173,7 @@ class SyncEngine:
                 round=plan.round, client=j.client, status=j.status, steps=j.steps,
                 a_norm=a_of.get(j.client, 0.0), start=j.start, end=j.end,
                 version=j.version, staleness=j.staleness, weight=weights.get(j.client, 0.0),
-                download=j.download, upload=j.upload,
+                download=j.download, upload=j.upload, resumed=j.resumed, cut=j.cut,
             )
             for j in plan.jobs
         ]

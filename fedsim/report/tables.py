@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-from ..records import ClientRecord, columns
+from ..records import ClientRecord, client_columns, columns
 
 __all__ = ["CLIENT_COLUMNS", "TableWriter", "load_run", "Run", "fmt"]
 
-CLIENT_COLUMNS = columns(ClientRecord)  # rounds.csv's: fedsim.runner.folder.table_columns
+CLIENT_COLUMNS = client_columns()  # without the levers' columns; rounds.csv's: fedsim.runner.folder.table_columns
 
 
 def fmt(v) -> str:

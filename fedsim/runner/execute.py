@@ -21,7 +21,7 @@ from .build import adopt_clients, build_run
 from .files import write_atomic
 from .folder import (
     Tables, check_folder, check_unlocked, default_out, info_text, locked, open_for_resume, prepare_folder,
-    save_model, write_partition,
+    save_model, uses_levers, write_partition,
 )
 from .evals import EvalGrid
 from .loop import run_rounds
@@ -83,7 +83,8 @@ def run(
             if engine.work.class_counts is not None:
                 write_partition(out / "partition.csv", engine.work.class_counts)
             write_atomic(out / "info.yaml", info_text(sc, engine, built.cost).encode())
-            tables = stack.enter_context(closing(Tables(out, quadratic=engine.work.is_quadratic, table_format=fmt)))
+            tables = stack.enter_context(closing(Tables(out, quadratic=engine.work.is_quadratic, table_format=fmt,
+                                                        levers=uses_levers(sc))))
             sinks.append(tables.write)
             bar = progress_bar(sc.name, sc.rounds, initial=start) if progress else None
             if bar is not None:

@@ -29,7 +29,7 @@ from typing import Collection, Iterator
 import torch
 
 from .checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, load_checkpoint
-from ..records import ClientRecord, RoundRecord, columns
+from ..records import ClientRecord, RoundRecord, client_columns, columns
 from ..limits import MAX_SCENARIO_BYTES
 from ..report.parquet import _TMP_NAME, ParquetTableWriter, TableError, _open_part, check_part_files, cut_parts, part_files, part_columns, part_rows
 from ..report.tables import TableWriter
@@ -229,7 +229,7 @@ def open_for_resume(
             raise FolderError(f"--resume {out}: {CHECKPOINT} holds another model's parameters")
         if ck["next_round"] >= sc.rounds:
             raise FolderError(f"--resume {out}: {CHECKPOINT} is for round {ck['next_round']} of a {sc.rounds}-round run")
-        head = table_columns(quadratic)
+        head = table_columns(quadratic, uses_levers(sc))
         for name, size in sizes.items():
             cols = head[name.replace(".parquet", ".csv")]
             if fmt == "parquet":
@@ -304,11 +304,17 @@ def _check_table(out: Path, name: str, size: int, cols: list[str], lines: int | 
         raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
 
 
-def table_columns(quadratic: bool) -> dict[str, list[str]]:
+def table_columns(quadratic: bool, levers: bool = False) -> dict[str, list[str]]:
     """The columns of ``rounds.csv`` and ``clients.csv``: the record types' fields
-    (``dist_to_opt`` only for quadratic runs)."""
+    (``dist_to_opt`` only for quadratic runs; ``resumed`` and ``cut`` only with ``levers``:
+    :func:`fedsim.records.client_columns`)."""
     omit = () if quadratic else ("dist_to_opt",)
-    return {"rounds.csv": columns(RoundRecord, omit=omit), "clients.csv": columns(ClientRecord)}
+    return {"rounds.csv": columns(RoundRecord, omit=omit), "clients.csv": client_columns(levers)}
+
+
+def uses_levers(sc: Scenario) -> bool:
+    """Whether a run's clients.csv has the levers' columns (``resumed``, ``cut``)."""
+    return sc.system.on_outage == "resume" or sc.round.on_deadline == "partial"
 
 
 class Tables:
@@ -316,10 +322,10 @@ class Tables:
     appended to by :meth:`write`; with ``table_format="parquet"`` the folders
     ``rounds.parquet/`` and ``clients.parquet/`` (:class:`fedsim.report.parquet.ParquetTableWriter`)."""
 
-    def __init__(self, out: Path, *, quadratic: bool, table_format: str = "csv"):
+    def __init__(self, out: Path, *, quadratic: bool, table_format: str = "csv", levers: bool = False):
         self.out = Path(out)
         self.parquet = table_format == "parquet"
-        cols = table_columns(quadratic)
+        cols = table_columns(quadratic, levers)
         if self.parquet:
             self.rounds = ParquetTableWriter(self.out / "rounds.parquet", cols["rounds.csv"])
             self.clients = ParquetTableWriter(self.out / "clients.parquet", cols["clients.csv"])

@@ -77,6 +77,10 @@ def check_scenario(sc) -> None:
         raise _FieldError("model.name", "quadratic model needs quadratic data")
     if sc.system.trace is not None and av != "always":
         raise _FieldError("system.availability", "give either a trace or availability, not both")
+    if sc.system.server is not None and getattr(sc.system.server.aggregate, "flops", None) is not None \
+            and sc.data.name == "quadratic":
+        raise _FieldError("system.server.aggregate", "quadratic data has no model to count the aggregation's FLOPs; "
+                          "give seconds per update")
     if sc.system.trace_semantics == "fedscale" and sc.system.server is not None:
         raise _FieldError("system.server", "FedScale's semantics decide a job's fate at its start: a server link "
                           "or aggregation time needs trace_semantics fedsim")
