@@ -63,8 +63,10 @@ def general_tables(clock, selector) -> Iterator[RoundTable]:
             online = np.flatnonzero(states.online)
         picked = selector.pick(r, t_open, q, lambda: online, None if states is None else (lambda cs: states.online[cs]))
         machine = Machine(clock, peek, resume=resume)
-        jobs = [machine.start(int(c), r, t_open, fixed_close=fixed, give_up=give_up, partial=partial)
-                for c in picked.clients.tolist()]
+        nxt = None if states is None else states.next[picked.clients]  # online at the open: the next toggle is an outage
+        jobs = machine.start_many(picked.clients, np.full(len(picked.clients), r, dtype=np.int64), t_open,
+                                  fixed_close=fixed, give_up=give_up, partial=partial,
+                                  next_toggles=np.full(len(picked.clients), INF) if nxt is None else nxt)
         close = _run_round(machine, jobs, give_up, k)
         if close is None:  # every job resolved before the server's limit
             if fixed is not None:

@@ -83,11 +83,13 @@ class _EventJobs:
             return bool(online[0]), float(nxt[0])
 
         self.machine = Machine(clock, peek, resume=clock.system.on_outage == "resume")
+        self.pop = pop
         self.now = 0.0
 
     def start(self, pick: np.ndarray, keys: np.ndarray, now: float) -> list:
         self.now = now
-        return [self.machine.start(int(c), int(k), now, budget=self.budget) for c, k in zip(pick.tolist(), keys.tolist())]
+        _, nxt = self.pop.peek(pick, now)
+        return self.machine.start_many(pick, keys, now, budget=self.budget, next_toggles=nxt)
 
     def next_time(self) -> float:
         return self.now if self.machine.resolved else self.machine.next_time()

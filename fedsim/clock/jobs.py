@@ -36,6 +36,7 @@ from typing import Callable
 
 import numpy as np
 
+from .draws import ConstantRate
 from .link import SharedLink
 from .plan import STATUSES
 
@@ -145,28 +146,41 @@ class Machine:
         """Start job (client, key) at ``t`` (its client online then). ``fixed_close``: a window's
         close (the compute stops at close - up); ``give_up``: when the server stops waiting;
         ``partial``: the compute stops at give_up - up; ``budget``: async seconds of compute."""
+        return self.start_many(np.array([client], dtype=np.int64), np.array([key], dtype=np.int64), t,
+                               fixed_close=fixed_close, give_up=give_up, partial=partial, budget=budget)[0]
+
+    def start_many(self, clients: np.ndarray, keys: np.ndarray, t: float, *, fixed_close: float | None = None,
+                   give_up: float = INF, partial: bool = False, budget: float | None = None,
+                   next_toggles: np.ndarray | None = None) -> list[JobRun]:
+        """:meth:`start` for jobs (clients[i], keys[i]), in order, with the clients' transfers,
+        speeds and next toggles (``next_toggles``, else :attr:`peek`) read as arrays."""
         clock = self.clock
-        job = JobRun(self._seq, client, key, t)
-        self._seq += 1
-        down, up = (float(x[0]) for x in clock.transfers_of(np.array([client])))
-        job.down_s, job.up_s = down, up
-        job.slow = clock.slowdown(client, key)
-        job.rate = clock.rate_of(client)
-        job.cap = clock.work_cap(client, key)
-        job.give_up, job.close, job.partial, job.budget = give_up, fixed_close, partial, budget
-        if fixed_close is not None:
-            job.stop = fixed_close - up
-        elif partial:
-            job.stop = give_up - up
-        self.jobs[job.id] = job
-        _, nxt = self.peek(client, t)
-        if nxt < INF:
-            self._push(nxt, _TOGGLE, job, "outage")
-        if self.links[0] is None and not self._plan(job, t + down):  # alone: a job with no room never downloads
-            self._resolve(job, _DROPPED, t)
-            return job
-        self._transfer(job, _DOWN, t)
-        return job
+        down, up = clock.transfers_of(clients)
+        if next_toggles is None:
+            next_toggles = np.array([self.peek(int(c), t)[1] for c in clients.tolist()])
+        speeds = clock.speed_of(clients) if clock._rates is None else None
+        jobs = []
+        for i, (client, key) in enumerate(zip(clients.tolist(), keys.tolist())):
+            job = JobRun(self._seq, client, key, t)
+            self._seq += 1
+            job.down_s, job.up_s = float(down[i]), float(up[i])
+            job.slow = clock.slowdown(client, key)
+            job.rate = clock.rate_of(client) if speeds is None else ConstantRate(float(speeds[i]))
+            job.cap = clock.work_cap(client, key)
+            job.give_up, job.close, job.partial, job.budget = give_up, fixed_close, partial, budget
+            if fixed_close is not None:
+                job.stop = fixed_close - job.up_s
+            elif partial:
+                job.stop = give_up - job.up_s
+            self.jobs[job.id] = job
+            jobs.append(job)
+            if next_toggles[i] < INF:
+                self._push(float(next_toggles[i]), _TOGGLE, job, "outage")
+            if self.links[0] is None and not self._plan(job, t + job.down_s):  # alone: no room, no download
+                self._resolve(job, _DROPPED, t)
+                continue
+            self._transfer(job, _DOWN, t)
+        return jobs
 
     def cancel(self, job: JobRun, t: float) -> None:
         """The server stops waiting for ``job`` at ``t`` (its round closed): ``dropped`` (end t),
