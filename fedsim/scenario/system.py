@@ -156,12 +156,19 @@ class ServerConfig(_Frozen):
             raise ValueError("must be a finite bit rate of at least 1 bit/s")
         return b
 
-    @field_validator("aggregate")
+    @field_validator("aggregate", mode="before")
     @classmethod
     def _aggregate(cls, a):
-        if isinstance(a, (int, float)) and not (math.isfinite(a) and 0 <= a <= 1e9):
-            raise ValueError("must be seconds per update in [0, 1e9]")
-        return a
+        if isinstance(a, dict):
+            try:
+                return AggregateFlops.model_validate(a)
+            except ValidationError as err:
+                raise nested_error(err, "system.server.aggregate") from None
+        if isinstance(a, bool) or not isinstance(a, (int, float)):
+            raise _FieldError("system.server.aggregate", "give seconds per update, or {flops: F}")
+        if not (math.isfinite(a) and 0 <= a <= 1e9):
+            raise _FieldError("system.server.aggregate", "must be seconds per update in [0, 1e9]")
+        return float(a)
 
 
 class SystemConfig(_Frozen):
