@@ -221,3 +221,19 @@ def test_simpy_and_fast_paths_agree_on_every_lever(system, policy):
         assert any(j.resumed for p in plans for j in p.jobs)
     if policy == "partial" and system != "link":
         assert any(j.cut for p in plans for j in p.jobs)
+
+
+def test_fedscale_over_commitment_rounds_down_as_fedscale(tmp_path):
+    """FedScale selects int(K F) clients: 9 for K = 7, F = 1.3 (fedsim's own rule, the decimal's
+    ceiling, selects 10); with trace_semantics fedscale the clock uses FedScale's."""
+    from fedsim.clock.policy import overcommit_size
+
+    assert (overcommit_size(1.3, 7), overcommit_size(1.3, 7, fedscale=True), overcommit_size(1.3, 10, fedscale=True)) \
+        == (10, 9, 13)
+    trace = tmp_path / "t.csv"
+    trace.write_text("client,start,end,online,speed\n" + "".join(f"{c},0,1000,1,1\n" for c in range(12)))
+    for semantics, picked in (("fedsim", 10), ("fedscale", 9)):
+        system = SystemConfig(trace=str(trace), trace_semantics=semantics)
+        rnd = RoundConfig(policy="overcommit", overcommit=1.3, clients_per_round=7, local_steps=2)
+        (p,) = take(Clock(system.value(), rnd.value(4), Population.of([1] * 12), seed=0), 1)
+        assert len(p.jobs) == picked

@@ -87,6 +87,8 @@ class Clock:
             if tr.semantics == "fedscale":  # FedScale: the job computes at its speed throughout
                 self._rates = [ConstantRate(t.session_speed) for t in clients]
                 self.sessions = clients  # Simulation keeps one SessionIndex per client
+                if rule.policy.keeps_first:  # FedScale's over-commitment rounds down: int(K F)
+                    self.rule = rule = replace(rule, policy=replace(rule.policy, fedscale=True))
             self._timelines = [TraceTimeline(t, tr.repeat) for t in clients]
             self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in clients), m, self.seed, "speed")
             self._step_flops = None

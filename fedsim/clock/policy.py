@@ -110,17 +110,22 @@ class Overcommit(Policy):
     ends at the K-th upload (with fewer than K uploads, as :class:`Wait`)."""
 
     factor: float
+    #: FedScale's rounding (``trace_semantics: fedscale``): int(K F), not ceil
+    fedscale: bool = False
     keeps_first: ClassVar[bool] = True
 
     def request_size(self, k: int | None) -> int | None:
-        return overcommit_size(self.factor, k)
+        return overcommit_size(self.factor, k, fedscale=self.fedscale)
 
 
-def overcommit_size(factor: float, k: int) -> int:
+def overcommit_size(factor: float, k: int, *, fedscale: bool = False) -> int:
     """ceil(factor * K) with ``factor`` read as the decimal it was written as (``repr``), so
-    1.3 x 10 selects 13 clients, not ceil(13.000000000000002) = 14."""
+    1.3 x 10 selects 13 clients, not ceil(13.000000000000002) = 14; ``fedscale``: int(factor * K)
+    as FedScale computes it (``int(num_participants * overcommitment)``: 9 for K = 7, F = 1.3)."""
     from fractions import Fraction
 
+    if fedscale:
+        return int(float(k) * float(factor))
     return int(math.ceil(Fraction(repr(float(factor))) * int(k)))
 
 
