@@ -68,7 +68,7 @@ def slow_quadratic(config, seed):
     except Exception:
         node = "local"
     with open(os.path.join(opts["notes"], f"{node}-{os.getpid()}-{time.monotonic_ns()}"), "w") as f:
-        f.write(str(seed))
+        f.write(repr(os.environ.get("CUDA_VISIBLE_DEVICES")))
     time.sleep(opts.get("sleep", 0))
     if opts.get("fail"):
         raise ScenarioError("data.options.fail: this cell is refused on purpose")
@@ -218,6 +218,61 @@ def test_store_folder_swaps_whole_folders_and_refuses_links(tmp_path):
         assert not (tmp_path / "other").exists() and not (tmp_path / "x").exists()
 
 
+class _FakeRay:
+    """What RaySession._check_fit reads of Ray: the alive nodes' resources."""
+
+    def __init__(self, *resources):
+        self._nodes = [{"Alive": True, "Resources": r} for r in resources] + [{"Alive": False, "Resources": {"CPU": 64}}]
+
+    def nodes(self):
+        return self._nodes
+
+
+def test_cells_that_fit_no_node_are_refused_on_a_private_instance_and_noted_on_a_cluster():
+    from fedsim.compare.plan import plan_compare
+
+    runs, _, _ = plan_compare({**QUAD, "engine": {"threads": 4}}, out="o", seeds=[0, 1])
+    session = rx.RaySession(rx.RayOptions())
+    session.ray, session.owned = _FakeRay({"CPU": 2.0}, {"CPU": 3.0}), True
+    with pytest.raises(ScenarioError, match=r"^cell fedavg-window: asks for 4 CPUs \(engine.threads; the largest "
+                                            r"node has 3\) on this machine's Ray instance$"):
+        session._check_fit(runs)
+    session._check_fit(plan_compare({**QUAD, "engine": {"threads": 3}}, out="o")[0])  # fits
+    lines = []
+    session = rx.RaySession(rx.RayOptions(address="auto"), log=lines.append)
+    session.ray = _FakeRay({"CPU": 2.0})
+    session._check_fit(runs)
+    assert lines == ["cell fedavg-window asks for 4 CPUs (engine.threads; the largest node has 2): its runs wait "
+                     "until such a node joins"]
+    gpu, _, _ = plan_compare({**QUAD, "engine": {"device": "cuda"}}, out="o")
+    session = rx.RaySession(rx.RayOptions(gpus_per_cell=0.5))
+    session.ray, session.owned = _FakeRay({"CPU": 8.0}), True
+    with pytest.raises(ScenarioError, match=r"asks for a GPU \(engine.device cuda; the largest node has 0\)"):
+        session._check_fit(gpu)
+    session.ray = _FakeRay({"CPU": 8.0, "GPU": 1.0})
+    session._check_fit(gpu)
+
+
+def test_docs_state_the_code():
+    import re
+    import tomllib
+
+    text = (ROOT / "docs" / "comparisons.md").read_text()
+    assert f"at most\n  `--retries` times (default {rx.RETRIES}, at most {rx.MAX_RETRIES})" in text
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras["ray"] == ["ray>=2.60,<3"] and "ray>=2.60,<3" in extras["test"]
+    assert "(Ray 2.60 or a later 2.x)" in text
+    import argparse
+
+    from fedsim.compare import add_compare_parser
+
+    sub = argparse.ArgumentParser().add_subparsers(dest="command")
+    add_compare_parser(sub)
+    flags = {o for a in sub.choices["compare"]._actions for o in a.option_strings}
+    synopsis = text.split("```\nfedsim compare ", 1)[1].split("```", 1)[0]
+    assert set(re.findall(r"--[a-z][a-z-]*", synopsis)) == flags - {"-h", "--help"}
+
+
 def test_progress_note_shows_after_the_counts():
     import io
 
@@ -265,6 +320,7 @@ def test_plugin_modules_and_python_pieces_reach_the_workers(cluster, slow_quad, 
     assert res.failed == ["fedavg-window-data.name=ref_quad seed 0: RegistryError: dataset 'ref_quad': cannot load "
                           "fedsim_ray_elsewhere:ref_quad (No module named 'fedsim_ray_elsewhere')"]
     assert len(_attempts(notes)) == 1 and _attempts(notes)[0][0] != "local"
+    assert [p.read_text() for p in notes.iterdir()] == ["''"]  # a run that holds no GPU sees none
     assert not ray.is_initialized()  # the connection it opened is closed
 
 
@@ -301,6 +357,9 @@ def test_interrupted_driver_resumes_and_unfinished_runs_continue(driver, referen
         run_compare(QUAD, out=out, executor="ray", log=stop_after_two, **GRID)
     done = [p.parent for p in out.rglob("model.pt")]
     assert len(done) == 2  # what finished is there, whole; the rest is not
+    leftover = done[1].parent / f".seed9{rx.STAGE_TAG}0123456789ab"  # as a driver killed while staging leaves
+    leftover.mkdir()
+    (leftover / "rounds.csv").write_text("half")
     # an unfinished run (no model.pt: killed before its end) continues from its checkpoint on a
     # worker, with the folder's other files (a note of the user's stays)
     (done[0] / "model.pt").unlink()
@@ -333,7 +392,7 @@ def _kill_when_running(notes: Path, kill, count: int = 1, timeout: float = 60.0)
         t, killed = time.time(), set()
         while time.time() - t < timeout and len(killed) < count:
             for node, pid in _attempts(notes) if notes.exists() else []:
-                if (node, pid) not in killed and kill(node, pid):
+                if len(killed) < count and (node, pid) not in killed and kill(node, pid):
                     killed.add((node, pid))
             time.sleep(0.05)
 
@@ -428,3 +487,21 @@ def test_cli_on_a_private_instance_of_this_machine(tmp_path, write_yaml):
     assert "2 run, 0 already done, 0 failed" in r.stdout
     assert "[2/2] fedavg-window seed " in r.stderr and "0 retried, 0 failed of 2; ETA 0:00:00" in r.stderr
     assert not (tmp_path / ".ray").exists()
+
+
+def test_a_built_in_replaced_in_the_driver_is_replaced_on_the_workers(driver, reference, tmp_path):
+    # the driver makes "fedprox" FedNova's preset: the workers run that, and after the driver puts
+    # the built-in back, the same workers run the built-in again
+    from fedsim.algorithms.presets import PRESETS
+
+    fedsim.register_algorithm("fedprox", dict(PRESETS["fednova"]), replace=True)
+    try:
+        run_compare(QUAD, out=tmp_path / "a", algorithms=["fedprox"], seeds=[0], executor="ray")
+    finally:
+        registries.ALGORITHMS.register("fedprox", "fedsim.algorithms.presets:PRESETS[fedprox]", replace=True)
+    nova = (reference / "fednova-window" / "seed0" / "rounds.csv").read_bytes()
+    assert (tmp_path / "a" / "fedprox-window" / "seed0" / "rounds.csv").read_bytes() == nova
+    run_compare(QUAD, out=tmp_path / "b", algorithms=["fedprox"], seeds=[0], executor="ray")
+    run_compare(QUAD, out=tmp_path / "c", algorithms=["fedprox"], seeds=[0])  # in this process
+    assert tree(tmp_path / "b") == tree(tmp_path / "c")
+    assert (tmp_path / "c" / "fedprox-window" / "seed0" / "rounds.csv").read_bytes() != nova

@@ -262,8 +262,10 @@ def registered_pieces() -> tuple[list[tuple], list[str]]:
     with cloudpickle (by value when defined in ``__main__``, a notebook or the script; by reference
     when imported from a module, which must then be importable on the worker). ``fallback`` is the
     lazy target a worker registers when it cannot unpickle the object, so that only a run naming it
-    fails, with the registry's one-line error. fedsim's own lazy built-ins are left out (every worker
-    has them). Returns (pieces, notes about pieces that cannot be pickled).
+    fails, with the registry's one-line error. Every name is sent, built-ins too (as their lazy
+    targets, a few bytes), so that a worker that ran an earlier comparison of this driver also
+    drops what the driver has since put back. Returns (pieces, notes about pieces that cannot be
+    pickled).
     """
     from ray import cloudpickle
 
@@ -276,8 +278,6 @@ def registered_pieces() -> tuple[list[tuple], list[str]]:
             item = items.get(name)
             target = getattr(item, "target", None)
             if isinstance(target, str):
-                if target.startswith("fedsim."):
-                    continue
                 payload: Any = target
             else:
                 try:
@@ -297,9 +297,19 @@ def registered_pieces() -> tuple[list[tuple], list[str]]:
 _applied: dict[tuple[str, str], str] = {}  # (kind, name) -> digest of what this worker registered
 
 
+def _same(reg: Any, name: str, obj: Any) -> bool:
+    """Whether the worker's own ``name`` (a built-in or a plug-in's) is ``obj``, the driver's."""
+    try:
+        mine = reg.get(name)
+        return mine is obj or bool(mine == obj)
+    except Exception:  # noqa: BLE001 - not comparable, or not loadable here: take the driver's
+        return False
+
+
 def _prepare_worker(plugins: Sequence[str], pieces: Sequence[tuple]) -> None:
     """Before a cell: import the installed plug-ins and ``--plugin`` modules (once per process), then
-    register the driver's pieces this worker lacks (or that the driver replaced since)."""
+    make the registries hold the driver's pieces: a name the worker lacks, or holds as something
+    else (a built-in the driver replaced), gets the driver's; each piece once per process."""
     from ray import cloudpickle
 
     from .. import registries
@@ -307,17 +317,17 @@ def _prepare_worker(plugins: Sequence[str], pieces: Sequence[tuple]) -> None:
 
     load_plugins(tuple(plugins))
     for kind, name, payload, digest, fallback in pieces:
-        reg = registries.ALL[kind]
-        known = _applied.get((kind, name))
-        if known == digest or (known is None and name in reg):
+        if _applied.get((kind, name)) == digest:
             continue
+        reg = registries.ALL[kind]
         obj: Any = payload
         if isinstance(payload, bytes):
             try:
                 obj = cloudpickle.loads(payload)
             except Exception:  # noqa: BLE001 - e.g. its module is not importable here
-                obj = fallback  # a lazy target: a run naming it fails with the registry's error
-        reg.register(name, obj, replace=True)
+                obj = None if name in reg else fallback  # a lazy target: runs naming it fail with one line
+        if obj is not None and not (name in reg and not isinstance(obj, str) and _same(reg, name, obj)):
+            reg.register(name, obj, replace=True)
         _applied[(kind, name)] = digest
 
 
@@ -572,7 +582,7 @@ class RaySession:
         for r in todo:
             try:
                 submit(r, 1)
-            except ScenarioError as err:
+            except (ScenarioError, OSError) as err:
                 end(_Attempt(r, None, 1), None, TaskFailure(f"{type(err).__name__}: {err}"))
         try:
             while pending:
@@ -598,7 +608,7 @@ class RaySession:
                                      f"{_message(err)}")
                             try:
                                 submit(a.run, a.attempt + 1)
-                            except ScenarioError as e:
+                            except (ScenarioError, OSError) as e:
                                 end(a, None, TaskFailure(f"{type(e).__name__}: {e}"))
                             show()
                         else:
