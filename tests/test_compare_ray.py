@@ -179,6 +179,8 @@ def test_options_that_do_not_fit_the_executor_exit_2(tmp_path, write_yaml, capsy
     exit_2(capsys, base + ["--executor", "ray", "--address", "nohost"], "--address 'nohost': expected auto or HOST:PORT")
     exit_2(capsys, base + ["--executor", "ray", "--address", "h:99999"], "expected auto or HOST:PORT")
     exit_2(capsys, base + ["--executor", "ray", "--retries", "-1"], "--retries: must be an integer from 0 to 100")
+    exit_2(capsys, base + ["--executor", "ray", "--address", "127.0.0.1:1"],
+           "--address 127.0.0.1:1: no Ray cluster answers there (Connection refused)", seconds=30)
     for bad in ("0", "1.5", "nan", "inf"):
         exit_2(capsys, base + ["--executor", "ray", "--gpus-per-cell", bad], "--gpus-per-cell: must be in (0, 1]")
     exit_2(capsys, base + ["--executor", "ray", "--set", "engine.device=cuda:1"],

@@ -351,6 +351,20 @@ def _cell(run_one: Callable, scenario_text: str, table_format: str, plugins: tup
 
 
 # --------------------------------------------------------------------------- the driver's side
+#: Seconds a TCP connection to ``--address`` may take before it counts as unreachable.
+PROBE_TIMEOUT_S = 10.0
+
+
+def _probe(address: str) -> None:
+    """ScenarioError unless something accepts a TCP connection at ``HOST:PORT`` (the head's GCS)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        raise ScenarioError(f"--address {address}: no Ray cluster answers there ({why})") from None
+
+
 def _set_cluster_mode(ray: Any, enabled: bool | None) -> bool | None:
     """Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when it is imported: set its constant
     too (None: leave it), so that an instance started after ``import ray`` binds to 127.0.0.1 as
@@ -418,6 +432,7 @@ class RaySession:
         self.owned = False  # this session called ray.init (and so shuts it down)
         self._environ: dict[str, str | None] = {}  # variables set for a private instance, restored by close
         self._cluster_mode: bool | None = None  # Ray's ENABLE_RAY_CLUSTER before a private instance
+        self._logger_level: int | None = None  # of Ray's token-setup logger, quieted for a private instance
 
     # ---------------------------------------------------------------- connect
     def open(self, runs: Sequence[CompareRun]) -> "RaySession":
@@ -468,8 +483,12 @@ class RaySession:
                 # environment of its processes (Ray would otherwise write ~/.ray/auth_token)
                 self._setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
                 self._setenv("RAY_AUTH_MODE", None)  # Ray sets it to "token": restored by close
-                logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+                quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
+                self._logger_level = quiet.level
+                quiet.setLevel(logging.ERROR)  # not its "token authentication is enabled" warning
         else:
+            if address != "auto":  # Ray waits minutes on an address where no cluster answers
+                _probe(address)
             mods, notes = local_modules(self.plugins)
             for n in notes:
                 self.log(n)
@@ -516,6 +535,9 @@ class RaySession:
             self.owned = False
             _set_cluster_mode(self.ray, self._cluster_mode)
             self._cluster_mode = None
+        if self._logger_level is not None:
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(self._logger_level)
+            self._logger_level = None
         for k, v in self._environ.items():
             if v is None:
                 os.environ.pop(k, None)
