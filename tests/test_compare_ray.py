@@ -91,8 +91,10 @@ def cluster():
 
         c = Cluster(initialize_head=True, connect=False, head_node_args=dict(
             num_cpus=1, node_ip_address="127.0.0.1", include_dashboard=False,
+            # a lost node is noticed within ~2 s; workers at the test's own priority (Ray's default
+            # niceness 15 lets any other load on a shared machine starve them for minutes)
             _system_config={"health_check_period_ms": 500, "health_check_failure_threshold": 3,
-                            "health_check_initial_delay_ms": 0}))
+                            "health_check_initial_delay_ms": 0, "worker_niceness": 0}))
         c.add_node(num_cpus=1, node_ip_address="127.0.0.1")
         try:
             yield c
