@@ -18,14 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 ray = pytest.importorskip("ray")
 
 import fedsim  # noqa: E402
 from fedsim import registries  # noqa: E402
-from fedsim.cli import main  # noqa: E402
 from fedsim.compare import ray_executor as rx  # noqa: E402
+from fedsim.compare import runfiles  # noqa: E402
 from fedsim.compare import run_compare  # noqa: E402
 from fedsim.scenario import ScenarioError  # noqa: E402
 
@@ -158,7 +157,7 @@ def assert_same(a: Path, b: Path, cells: int = 4) -> None:
             assert k.replace("rounds.csv", f) in ta
     for k in ta:
         assert ta[k] == tb[k], k
-    assert not list(b.rglob(f"*{rx.STAGE_TAG}*"))  # no staging folder left
+    assert not list(b.rglob(f"*{runfiles.STAGE_TAG}*"))  # no staging folder left
 
 
 # --------------------------------------------------------------------------- no cluster needed
@@ -202,23 +201,23 @@ def test_cell_resources_follow_the_scenario():
 def test_store_folder_swaps_whole_folders_and_refuses_links(tmp_path):
     files = {"a.csv": b"1\n", "sub/part-0.parquet": b"\x00\x01"}
     dst = tmp_path / "cell" / "seed0"
-    rx.store_folder(dst, files)
-    assert rx.read_folder(dst) == files
-    snap = rx._snapshot(dst)
-    rx.store_folder(dst, {"b.csv": b"2"}, snap)  # replaces the folder whole
-    assert rx.read_folder(dst) == {"b.csv": b"2"}
+    runfiles.store_folder(dst, files)
+    assert runfiles.read_folder(dst) == files
+    snap = runfiles.snapshot(dst)
+    runfiles.store_folder(dst, {"b.csv": b"2"}, snap)  # replaces the folder whole
+    assert runfiles.read_folder(dst) == {"b.csv": b"2"}
     # a folder changed since its files were sent is left alone
     with pytest.raises(ScenarioError, match="changed while its run was on a Ray worker"):
-        rx.store_folder(dst, files, snap)
-    assert rx.read_folder(dst) == {"b.csv": b"2"}
+        runfiles.store_folder(dst, files, snap)
+    assert runfiles.read_folder(dst) == {"b.csv": b"2"}
     assert sorted(p.name for p in dst.parent.iterdir()) == ["seed0"]
     # a link cannot travel: refused, naming it
     (dst / "link").symlink_to(tmp_path)
     with pytest.raises(ScenarioError, match="link is a symbolic link"):
-        rx.read_folder(dst)
+        runfiles.read_folder(dst)
     for bad in ("../x", "/abs", "a//b", "./a"):
         with pytest.raises(ScenarioError, match="not a plain relative path"):
-            rx.store_folder(tmp_path / "other", {bad: b""})
+            runfiles.store_folder(tmp_path / "other", {bad: b""})
         assert not (tmp_path / "other").exists() and not (tmp_path / "x").exists()
 
 
@@ -361,7 +360,7 @@ def test_interrupted_driver_resumes_and_unfinished_runs_continue(driver, referen
         run_compare(QUAD, out=out, executor="ray", log=stop_after_two, **GRID)
     done = [p.parent for p in out.rglob("model.pt")]
     assert len(done) == 2  # what finished is there, whole; the rest is not
-    leftover = done[1].parent / f".seed9{rx.STAGE_TAG}0123456789ab"  # as a driver killed while staging leaves
+    leftover = done[1].parent / f".seed9{runfiles.STAGE_TAG}0123456789ab"  # as a driver killed while staging leaves
     leftover.mkdir()
     (leftover / "rounds.csv").write_text("half")
     # an unfinished run (no model.pt: killed before its end) continues from its checkpoint on a

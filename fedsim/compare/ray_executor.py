@@ -28,22 +28,20 @@ import logging
 import math
 import os
 import secrets
-import shutil
 import socket
-import stat
 import sys
 import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
-from ..atomic import AtomicFile
 from ..scenario import Scenario, ScenarioError, dump_scenario
 from .plan import CompareRun
+from .runfiles import read_folder, remove_leftovers, snapshot, store_folder, write_folder
 
-__all__ = ["RETRIES", "RayOptions", "check_options", "cell_resources", "RaySession", "read_folder", "store_folder"]
+__all__ = ["RETRIES", "RayOptions", "check_options", "cell_resources", "RaySession"]
 
 #: Default number of times a run is submitted again after its worker process or node was lost.
 RETRIES = 3
@@ -53,8 +51,6 @@ MAX_RETRIES = 100
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 #: Ray's switch for clusters of several machines; "0" keeps every Ray process of a machine on 127.0.0.1.
 _SINGLE_NODE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-#: Prefix of the driver's staging and discarded folders beside a run folder (``.seed0.ray-<hex>``).
-STAGE_TAG = ".ray-"
 
 
 @dataclass(frozen=True)
@@ -112,117 +108,6 @@ def check_cells(runs: Sequence[CompareRun]) -> None:
         if dev.startswith("cuda:"):
             raise ScenarioError(f"cell {r.cell.name}: engine.device: {dev} names a GPU of one machine; with "
                                 "--executor ray use cuda (Ray gives each cell its GPU)")
-
-
-# --------------------------------------------------------------------------- run folders as bytes
-def _check_rel(rel: str) -> str:
-    parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") or "\\" in p or "\0" in p for p in parts):
-        raise ScenarioError(f"run folder file {rel!r}: not a plain relative path")
-    return rel
-
-
-def read_folder(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` as ``{relative/path: bytes}`` (sorted); ScenarioError for a symbolic
-    link or anything but regular files and folders (they cannot travel to another machine)."""
-    files: dict[str, bytes] = {}
-    folder = Path(folder)
-    if not stat.S_ISDIR(os.lstat(folder).st_mode):
-        raise ScenarioError(f"{folder}: not a folder (a symbolic link or a file); move it away")
-
-    def walk(d: Path, prefix: str) -> None:
-        for name in sorted(os.listdir(d)):
-            p, rel = d / name, prefix + name
-            mode = os.lstat(p).st_mode
-            if stat.S_ISDIR(mode):
-                walk(p, rel + "/")
-            elif stat.S_ISREG(mode):
-                files[rel] = p.read_bytes()
-            else:
-                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
-                raise ScenarioError(f"{folder}: {rel} is {what}; a run folder sent to or from a Ray worker "
-                                    "holds only regular files and folders (move it away)")
-
-    walk(folder, "")
-    return files
-
-
-def write_folder(folder: Path, files: Mapping[str, bytes]) -> None:
-    """Create ``folder`` (new) holding ``files`` (``{relative/path: bytes}``), each written with
-    :class:`~fedsim.atomic.AtomicFile` (never through a link)."""
-    os.mkdir(folder)
-    for rel in sorted(files):
-        dst = folder / _check_rel(rel)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        with AtomicFile(dst, exclusive=True) as f:
-            f.write(files[rel])
-
-
-def _snapshot(folder: Path) -> tuple | None:
-    """What ``folder`` holds (relative path, size, mtime) or None when it does not exist."""
-    try:
-        os.lstat(folder)
-    except FileNotFoundError:
-        return None
-    out = []
-    for root, dirs, names in os.walk(folder):
-        dirs.sort()
-        for n in sorted(names):
-            st = os.lstat(os.path.join(root, n))
-            out.append((os.path.relpath(os.path.join(root, n), folder), st.st_size, st.st_mtime_ns))
-    return tuple(out)
-
-
-def store_folder(folder: Path, files: Mapping[str, bytes], expected: tuple | None = None) -> None:
-    """Put a run folder's ``files`` at ``folder`` so that it appears whole or not at all.
-
-    The files are written into a new sibling ``.<name>.ray-<hex>`` folder, which is then renamed to
-    ``folder``; a folder already there (the one whose files went to the worker) is first renamed to
-    another such sibling and removed after. ``expected`` is :func:`_snapshot` of ``folder`` when its
-    files were sent: a folder changed since (another process writing there) is refused, untouched.
-    """
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    if _snapshot(folder) != expected:
-        raise ScenarioError(f"{folder}: changed while its run was on a Ray worker (is another process writing "
-                            "there?); left as it is")
-    stage = folder.with_name(f".{folder.name}{STAGE_TAG}{secrets.token_hex(6)}")
-    old = None
-    try:
-        write_folder(stage, files)
-        if expected is not None:
-            old = folder.with_name(f".{folder.name}{STAGE_TAG}{secrets.token_hex(6)}")
-            os.rename(folder, old)
-        os.rename(stage, folder)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        if old is not None and not folder.exists():
-            os.rename(old, folder)
-        raise
-    fd = os.open(folder.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def remove_leftovers(runs: Sequence[CompareRun]) -> None:
-    """Remove staging folders a stopped driver left beside the runs' folders (only this module's
-    ``.<name>.ray-<12 hex>`` folders, never through a link)."""
-    for parent in sorted({r.folder.parent for r in runs}):
-        try:
-            names = os.listdir(parent)
-        except OSError:
-            continue
-        for name in names:
-            stem, tag, tail = name.rpartition(STAGE_TAG)
-            if not (name.startswith(".") and tag and len(tail) == 12 and all(c in "0123456789abcdef" for c in tail)):
-                continue
-            p = parent / name
-            if stat.S_ISDIR(os.lstat(p).st_mode):
-                shutil.rmtree(p, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- what travels to workers
@@ -559,7 +444,7 @@ class RaySession:
         :class:`TaskFailure` for a run that failed on its worker, or after its retries). ``status``
         gets the cluster's counts whenever they change. Returns the number of retries."""
         ray = self.ray
-        remove_leftovers(todo)
+        remove_leftovers(r.folder for r in todo)
         pieces, notes = registered_pieces()
         for n in notes:
             self.log(n)
@@ -575,7 +460,7 @@ class RaySession:
 
         def submit(r: CompareRun, attempt: int) -> None:
             need = cell_resources(r.scenario, opts.gpus_per_cell)
-            snap = _snapshot(r.folder)
+            snap = snapshot(r.folder)
             snapshots[r.folder] = snap
             old = ray.put(read_folder(r.folder)) if snap is not None else None
             fn = gpu_fn if need["num_gpus"] else cpu_fn
