@@ -61,6 +61,11 @@ class Progress:
             if int(done) + 1 >= self._bar.total or _number(_field(row, "diverged")):
                 self.close()
 
+    def note(self, text: str) -> None:
+        """Show ``text`` after the counts (e.g. a cluster's running and retried runs)."""
+        if not self._bar.disable:
+            self._bar.set_postfix_str(text)
+
     def hidden(self) -> AbstractContextManager:
         """A context in which other lines can be written to the bar's stream (the bar is redrawn after)."""
         return tqdm.external_write_mode(file=self._bar.fp)

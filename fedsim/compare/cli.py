@@ -43,6 +43,14 @@ def add_compare_parser(sub) -> None:
                    help="import MODULE (it registers models, datasets, algorithms) before the scenario is read")
     c.add_argument("--target", type=float, default=None, help="test accuracy for time-to-target")
     c.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
+    c.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local processes (default) or a task per run on a Ray cluster (pip install 'fedsim[ray]')")
+    c.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                   help="with --executor ray: the cluster (default: a Ray instance on this machine only)")
+    c.add_argument("--retries", type=int, default=None, metavar="N",
+                   help="with --executor ray: times a run is submitted again after its worker or node was lost (default 3)")
+    c.add_argument("--gpus-per-cell", type=float, default=None, metavar="F",
+                   help="with --executor ray: GPU fraction of a run with engine.device cuda (default 1)")
     c.add_argument("--out", default=None, help="comparison folder (default runs/<name>-compare)")
     c.add_argument("--force", action="store_true", help="rerun cells that are already complete")
     c.add_argument("--format", dest="table_format", choices=("csv", "parquet"), default="csv",
@@ -72,6 +80,10 @@ def cmd_compare(args) -> int:
         progress=not args.quiet,
         table_format=args.table_format,
         plugins=args.plugins,
+        executor=args.executor,
+        address=args.address,
+        retries=args.retries,
+        gpus_per_cell=args.gpus_per_cell,
     )
     man = read_manifest(res.out) or {}
     print(format_summary(res.summary, man.get("keys")))

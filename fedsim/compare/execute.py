@@ -9,7 +9,8 @@ Layout of the comparison folder ``OUT`` (docs/comparisons.md)::
 
 A cell whose folder already holds a complete run of the same resolved scenario is not run again,
 so an interrupted comparison resumes where it stopped and a new ``target`` only recomputes the
-tables. Cells run in parallel local processes (``jobs``, spawn start method).
+tables. Cells run in parallel local processes (``jobs``, spawn start method) or, with
+``executor="ray"``, as tasks on a Ray cluster (:mod:`.ray_executor`), with the same folder.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def run_compare(
     progress: bool = False,
     table_format: str = "csv",
     plugins: Sequence[str] = (),
+    executor: str = "local",
+    address: str | None = None,
+    retries: int | None = None,
+    gpus_per_cell: float | None = None,
 ) -> CompareResult:
     """Run (or resume) a comparison and write its tables; see the module docstring for the layout.
 
@@ -102,6 +107,13 @@ def run_compare(
         progress: show a progress bar over the runs to do on standard error when it is a terminal.
         table_format: ``csv`` or ``parquet`` tables for the runs started here (:func:`run_one`).
         plugins: ``--plugin`` modules, imported here and by every worker before a scenario is read.
+        executor: ``local`` (processes on this machine, ``jobs``) or ``ray`` (a task per run on a
+            Ray cluster, docs/comparisons.md; needs ``pip install 'fedsim[ray]'``).
+        address: with ``ray``: None (a Ray instance on this machine for this comparison), ``auto``
+            or ``HOST:PORT`` of a running cluster; a ``ray.init`` already made in this process is used as is.
+        retries: with ``ray``: times a run is submitted again after its worker process or node was
+            lost (default 3).
+        gpus_per_cell: with ``ray``: the GPU fraction a run with ``engine.device: cuda`` holds (default 1).
     """
     from ..plugins import load_plugins
 
@@ -114,6 +126,7 @@ def run_compare(
         grid = parse_grid(list(grid))
     if jobs < 1:
         raise ScenarioError("--jobs: must be >= 1")
+    ray_options = _check_executor(executor, jobs, address, retries, gpus_per_cell)
     out = Path(out) if out is not None else Path("runs") / f"{base_raw.get('name', 'run')}-compare"
     runs, keys, notes = plan_compare(
         base_raw, out=out, algorithms=algorithms, policies=policies, seeds=seeds, grid=grid,
@@ -123,40 +136,50 @@ def run_compare(
     log = log or (lambda line: None)
     for n in notes:
         log(n)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides, variants)
+    session = None
+    if ray_options is not None:  # connect, and check that the cells fit, before anything is written
+        from .ray_executor import RaySession
 
-    todo, skipped = [], []
-    for r in runs:
-        if not force and is_complete(r.folder, r.scenario):
-            skipped.append(r.label)
-        else:
-            todo.append(r)
-    if skipped:
-        log(f"{len(skipped)} of {len(runs)} runs already complete in {out}, not run again")
-    ran, failed = [], []
-    total = len(todo)
-    bar = progress_bar(str(base_raw.get("name", "compare")), total, unit="run") if progress and total else None
-
-    def finished(r: CompareRun, res: dict | None, err: BaseException | None) -> None:
-        k = len(ran) + len(failed) + 1
-        if err is not None:
-            failed.append(f"{r.label}: {type(err).__name__}: {err}")
-            line = f"[{k}/{total}] {r.label}: FAILED {type(err).__name__}: {err}"
-        else:
-            ran.append(r.label)
-            acc = res["test_acc"]
-            acc_s = "" if acc != acc else f" acc {acc:.4f}"
-            line = f"[{k}/{total}] {r.label}: {res['rounds']} rounds, t_sim {res['sim_time']:.1f}s{acc_s} ({res['wall']:.1f}s)"
-        if bar is None:
-            log(line)
-            return
-        with bar.hidden():
-            log(line)
-        bar()
-
+        session = RaySession(ray_options, plugins, log).open(runs)
+    bar = None
     try:
-        if jobs == 1 or len(todo) <= 1:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_manifest(out, src, runs, keys, target, algorithms, policies, seeds, grid, overrides, variants)
+
+        todo, skipped = [], []
+        for r in runs:
+            if not force and is_complete(r.folder, r.scenario):
+                skipped.append(r.label)
+            else:
+                todo.append(r)
+        if skipped:
+            log(f"{len(skipped)} of {len(runs)} runs already complete in {out}, not run again")
+        ran, failed = [], []
+        total = len(todo)
+        bar = progress_bar(str(base_raw.get("name", "compare")), total, unit="run") if progress and total else None
+
+        def finished(r: CompareRun, res: dict | None, err: BaseException | None, note: str = "") -> None:
+            k = len(ran) + len(failed) + 1
+            if err is not None:
+                what = getattr(err, "described", None) or f"{type(err).__name__}: {err}"
+                failed.append(f"{r.label}: {what}")
+                line = f"[{k}/{total}] {r.label}: FAILED {what}{note}"
+            else:
+                ran.append(r.label)
+                acc = res["test_acc"]
+                acc_s = "" if acc != acc else f" acc {acc:.4f}"
+                line = (f"[{k}/{total}] {r.label}: {res['rounds']} rounds, t_sim {res['sim_time']:.1f}s{acc_s} "
+                        f"({res['wall']:.1f}s){note}")
+            if bar is None:
+                log(line)
+                return
+            with bar.hidden():
+                log(line)
+            bar()
+
+        if session is not None:
+            session.run(todo, table_format, finished, run_one, status=None if bar is None else bar.note)
+        elif jobs == 1 or len(todo) <= 1:
             for r in todo:
                 try:
                     finished(r, run_one(dump_scenario(r.scenario), str(r.folder), table_format), None)
@@ -183,8 +206,28 @@ def run_compare(
     finally:
         if bar is not None:
             bar.close()
+        if session is not None:
+            session.close()
     runs_df, summary_df = summarize(out, target)
     return CompareResult(out, runs_df, summary_df, ran, skipped, failed, notes)
+
+
+def _check_executor(executor, jobs, address, retries, gpus_per_cell):
+    """The Ray options when ``executor`` is ``ray`` (None for local processes); ScenarioError naming
+    an option that does not apply to the executor."""
+    if executor not in ("local", "ray"):
+        raise ScenarioError(f"--executor: expected local or ray, got {executor!r}")
+    if executor == "local":
+        for flag, value in (("--address", address), ("--retries", retries), ("--gpus-per-cell", gpus_per_cell)):
+            if value is not None:
+                raise ScenarioError(f"{flag}: only with --executor ray")
+        return None
+    if jobs != 1:
+        raise ScenarioError("--jobs: local processes only; with --executor ray the cluster's free CPUs and GPUs "
+                            "decide how many runs go at once")
+    from .ray_executor import check_options
+
+    return check_options(address, retries, gpus_per_cell)
 
 
 #: The files ``fedsim compare`` writes directly in its folder (with their ``*.tmp``).

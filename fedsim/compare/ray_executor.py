@@ -1,0 +1,541 @@
+"""Running a comparison's cells as Ray tasks: ``fedsim compare --executor ray`` (docs/comparisons.md).
+
+The driver (the process that plans) validates every (cell, seed) exactly as for local processes,
+then submits one Ray task per run that is not already complete. A task receives its run's resolved
+scenario as YAML text (never a built workload), runs it with :func:`fedsim.compare.execute.run_one`
+in a temporary folder of its own worker and returns that folder's files as bytes; the driver stages
+them beside the run's folder (each file with :class:`fedsim.atomic.AtomicFile`) and renames the
+staged folder into place. No filesystem is shared between nodes, and a run folder in the comparison
+is either complete or absent: a driver stopped at any point resumes with the same command.
+
+Resources of a task follow its cell: ``engine.threads`` CPUs (1 when unset), and ``gpus_per_cell``
+of a GPU when ``engine.device`` is ``cuda``; a cell that asks for no GPU sees none
+(``CUDA_VISIBLE_DEVICES`` empty), so ``engine.device: auto`` runs on the CPU.
+
+Faults: a task whose worker process or node is lost (any Ray system error: the worker crashed or
+was killed, the node died, the memory monitor killed it, its result was lost) is submitted again,
+at most ``retries`` times, wherever Ray places it. A task that raises (bad input, a failing run) is
+recorded as failed once and not retried. Runs are deterministic, so a retried run writes the same
+bytes as an undisturbed one.
+
+Nothing here imports Ray until a session opens, so ``import fedsim`` never loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import secrets
+import socket
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..scenario import Scenario, ScenarioError, dump_scenario
+from .plan import CompareRun
+from .runfiles import read_folder, remove_leftovers, snapshot, store_folder, write_folder
+
+__all__ = ["RETRIES", "RayOptions", "check_options", "cell_resources", "RaySession"]
+
+#: Default number of times a run is submitted again after its worker process or node was lost.
+RETRIES = 3
+#: Most retries one may ask for (a bound, so that a cell that kills its node cannot loop forever).
+MAX_RETRIES = 100
+#: Ray's token authentication settings (a private instance gets a token of its own unless one is set).
+_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+#: Ray's switch for clusters of several machines; "0" keeps every Ray process of a machine on 127.0.0.1.
+_SINGLE_NODE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """How a comparison uses Ray.
+
+    Attributes:
+        address: ``None``: start a Ray instance on this machine only (bound to 127.0.0.1, no
+            dashboard), stopped when the comparison ends; ``"auto"``: the cluster this machine
+            joined with ``ray start``; ``"HOST:PORT"``: that cluster's head (its GCS port).
+        retries: times a run is submitted again after its worker process or node was lost.
+        gpus_per_cell: the GPU fraction a cell with ``engine.device: cuda`` asks for (0 < f <= 1).
+    """
+
+    address: str | None = None
+    retries: int = RETRIES
+    gpus_per_cell: float = 1.0
+
+
+def check_options(address: str | None, retries: int | None, gpus_per_cell: float | None) -> RayOptions:
+    """Validated :class:`RayOptions` (None: the default); ScenarioError naming the option."""
+    if address is not None:
+        address = str(address).strip()
+        host, sep, port = address.rpartition(":")
+        if address != "auto" and not (sep and host and port.isdigit() and 0 < int(port) < 65536
+                                      and all(c.isalnum() or c in ".-_[]:" for c in host)):
+            raise ScenarioError(f"--address {address!r}: expected auto or HOST:PORT (the head node's GCS address)")
+    if retries is None:
+        retries = RETRIES
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+        raise ScenarioError(f"--retries: must be an integer from 0 to {MAX_RETRIES}, got {retries!r}")
+    if gpus_per_cell is None:
+        gpus_per_cell = 1.0
+    try:
+        g = float(gpus_per_cell)
+    except (TypeError, ValueError):
+        g = math.nan
+    if isinstance(gpus_per_cell, bool) or not 0 < g <= 1:
+        raise ScenarioError(f"--gpus-per-cell: must be in (0, 1], got {gpus_per_cell!r}")
+    return RayOptions(address, retries, g)
+
+
+def cell_resources(sc: Scenario, gpus_per_cell: float = 1.0) -> dict:
+    """The Ray resources of a run of ``sc``: ``num_cpus`` = ``engine.threads`` (1 when unset) and
+    ``num_gpus`` = ``gpus_per_cell`` when ``engine.device`` is ``cuda``, else 0."""
+    gpu = sc.engine.device == "cuda"
+    return {"num_cpus": int(sc.engine.threads or 1), "num_gpus": float(gpus_per_cell) if gpu else 0.0}
+
+
+def check_cells(runs: Sequence[CompareRun]) -> None:
+    """Refuse what a cluster cannot run as written: ``engine.device: cuda:N`` names one machine's
+    GPU, while Ray gives each cell its own GPU (visible to it as ``cuda``)."""
+    for r in runs:
+        dev = r.scenario.engine.device
+        if dev.startswith("cuda:"):
+            raise ScenarioError(f"cell {r.cell.name}: engine.device: {dev} names a GPU of one machine; with "
+                                "--executor ray use cuda (Ray gives each cell its GPU)")
+
+
+# --------------------------------------------------------------------------- what travels to workers
+def _installed(path: str) -> bool:
+    """Whether ``path`` lies in the interpreter's own or installed packages (then every node is
+    expected to have it installed, like fedsim itself)."""
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    p = os.path.realpath(path)
+    return any(p == r or p.startswith(os.path.realpath(r) + os.sep) for r in roots)
+
+
+def local_modules(plugins: Sequence[str]) -> tuple[list, list[str]]:
+    """The ``--plugin`` modules to ship to a cluster (Ray's ``py_modules``): the top-level module or
+    package of each plugin that was imported from a folder outside the installed packages. Returns
+    (modules, notes)."""
+    mods, notes, seen = [], [], set()
+    for name in plugins:
+        top = name.split(".")[0]
+        mod = sys.modules.get(top)
+        if mod is None or top in seen:
+            continue
+        seen.add(top)
+        paths = list(getattr(mod, "__path__", []) or [])
+        where = paths[0] if len(paths) == 1 else getattr(mod, "__file__", None)
+        if where is None or len(paths) > 1:
+            notes.append(f"--plugin {name}: not sent to the cluster (a namespace package); install it on every node")
+            continue
+        if not _installed(where):
+            mods.append(mod)
+    return mods, notes
+
+
+def registered_pieces() -> tuple[list[tuple], list[str]]:
+    """The driver's registered pieces as ``[(kind, name, payload, digest, fallback)]`` for workers.
+
+    ``payload`` is a ``"module:attribute"`` string for a lazy registration, else the object pickled
+    with cloudpickle (by value when defined in ``__main__``, a notebook or the script; by reference
+    when imported from a module, which must then be importable on the worker). ``fallback`` is the
+    lazy target a worker registers when it cannot unpickle the object, so that only a run naming it
+    fails, with the registry's one-line error. Every name is sent, built-ins too (as their lazy
+    targets, a few bytes), so that a worker that ran an earlier comparison of this driver also
+    drops what the driver has since put back. Returns (pieces, notes about pieces that cannot be
+    pickled).
+    """
+    from ray import cloudpickle
+
+    from .. import registries
+
+    pieces, notes = [], []
+    for kind, reg in registries.ALL.items():
+        items = getattr(reg, "_items", {})  # the Registry's own table: lazy targets are not public
+        for name in reg.names():
+            item = items.get(name)
+            target = getattr(item, "target", None)
+            if isinstance(target, str):
+                payload: Any = target
+            else:
+                try:
+                    payload = cloudpickle.dumps(item)
+                except Exception as err:  # noqa: BLE001 - any object may refuse pickling
+                    notes.append(f"{kind} {name!r} cannot be sent to Ray workers ({type(err).__name__}: {err}); "
+                                 "runs naming it will fail there")
+                    continue
+            digest = hashlib.sha256(payload if isinstance(payload, bytes) else payload.encode()).hexdigest()
+            mod, qual = getattr(item, "__module__", None), getattr(item, "__qualname__", "")
+            fallback = f"{mod}:{qual}" if mod and qual and "<" not in qual and "." not in qual else f"{mod or '?'}:{name}"
+            pieces.append((kind, name, payload, digest, fallback))
+    return pieces, notes
+
+
+# --------------------------------------------------------------------------- the worker's side
+_applied: dict[tuple[str, str], str] = {}  # (kind, name) -> digest of what this worker registered
+
+
+def _same(reg: Any, name: str, obj: Any) -> bool:
+    """Whether the worker's own ``name`` (a built-in or a plug-in's) is ``obj``, the driver's."""
+    try:
+        mine = reg.get(name)
+        return mine is obj or bool(mine == obj)
+    except Exception:  # noqa: BLE001 - not comparable, or not loadable here: take the driver's
+        return False
+
+
+def _prepare_worker(plugins: Sequence[str], pieces: Sequence[tuple]) -> None:
+    """Before a cell: import the installed plug-ins and ``--plugin`` modules (once per process), then
+    make the registries hold the driver's pieces: a name the worker lacks, or holds as something
+    else (a built-in the driver replaced), gets the driver's; each piece once per process."""
+    from ray import cloudpickle
+
+    from .. import registries
+    from ..plugins import load_plugins
+
+    load_plugins(tuple(plugins))
+    for kind, name, payload, digest, fallback in pieces:
+        if _applied.get((kind, name)) == digest:
+            continue
+        reg = registries.ALL[kind]
+        obj: Any = payload
+        if isinstance(payload, bytes):
+            try:
+                obj = cloudpickle.loads(payload)
+            except Exception:  # noqa: BLE001 - e.g. its module is not importable here
+                obj = None if name in reg else fallback  # a lazy target: runs naming it fail with one line
+        if obj is not None and not (name in reg and not isinstance(obj, str) and _same(reg, name, obj)):
+            reg.register(name, obj, replace=True)
+        _applied[(kind, name)] = digest
+
+
+def _cell(run_one: Callable, scenario_text: str, table_format: str, plugins: tuple, pieces: list, old: dict | None,
+          gpu: bool):
+    """The Ray task of one run (a generator): yields where it started, then ``{"result", "files"}``.
+    ``run_one(scenario_text, folder, table_format)`` runs it (:func:`fedsim.compare.execute.run_one`)."""
+    import ray
+
+    yield {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
+    if not gpu:  # a cell that holds no GPU uses none (device auto -> cpu)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    _prepare_worker(plugins, pieces)
+    with tempfile.TemporaryDirectory(prefix="fedsim-cell-") as tmp:
+        folder = Path(tmp) / "run"
+        if old is not None:
+            write_folder(folder, old)
+        res = run_one(scenario_text, str(folder), table_format)
+        files = read_folder(folder)
+    yield {"result": res, "files": files}
+
+
+# --------------------------------------------------------------------------- the driver's side
+#: Seconds a TCP connection to ``--address`` may take before it counts as unreachable.
+PROBE_TIMEOUT_S = 10.0
+
+
+def _probe(address: str) -> None:
+    """ScenarioError unless something accepts a TCP connection at ``HOST:PORT`` (the head's GCS)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        raise ScenarioError(f"--address {address}: no Ray cluster answers there ({why})") from None
+
+
+def _set_cluster_mode(ray: Any, enabled: bool | None) -> bool | None:
+    """Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, when it is imported: set its constant
+    too (None: leave it), so that an instance started after ``import ray`` binds to 127.0.0.1 as
+    well. Returns the value it had (None when this Ray has no such constant)."""
+    consts = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    before = getattr(consts, "ENABLE_RAY_CLUSTER", None)
+    if before is not None and enabled is not None:
+        consts.ENABLE_RAY_CLUSTER = enabled
+    return before
+
+
+def _message(err: BaseException) -> str:
+    """``Type: message`` of a task's own exception (its cause, not Ray's wrapper and traceback)."""
+    import ray
+
+    if isinstance(err, ray.exceptions.RayTaskError):
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, BaseException):
+            return f"{type(cause).__name__}: {cause}"
+        return f"{err.function_name}: {str(err).strip().splitlines()[-1]}"
+    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {first}"
+
+
+class TaskFailure(Exception):
+    """A run that failed on the cluster; ``described`` is its ``Type: message`` as the local executor
+    writes a run's exception (the worker's exception, not Ray's wrapper)."""
+
+    def __init__(self, described: str):
+        super().__init__(described)
+        self.described = described
+
+
+def _fmt_eta(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+@dataclass
+class _Attempt:
+    run: CompareRun
+    gen: Any
+    attempt: int  # 1 = first submission
+    started: float | None = None
+    host: str = ""
+
+
+class RaySession:
+    """One comparison's use of Ray: :meth:`open` before anything is written (connects, checks that
+    the cells fit), :meth:`run` the runs to do, :meth:`close` (stops a Ray instance it started).
+
+    Args:
+        options: :class:`RayOptions`.
+        plugins: ``--plugin`` modules (already imported here).
+        log: called with one line per note, retry and finished run.
+    """
+
+    def __init__(self, options: RayOptions, plugins: Sequence[str] = (), log: Callable[[str], None] | None = None):
+        self.options = options
+        self.plugins = tuple(plugins)
+        self.log = log or (lambda line: None)
+        self.ray: Any = None
+        self.owned = False  # this session called ray.init (and so shuts it down)
+        self._environ: dict[str, str | None] = {}  # variables set for a private instance, restored by close
+        self._cluster_mode: bool | None = None  # Ray's ENABLE_RAY_CLUSTER before a private instance
+        self._logger_level: int | None = None  # of Ray's token-setup logger, quieted for a private instance
+
+    # ---------------------------------------------------------------- connect
+    def open(self, runs: Sequence[CompareRun]) -> "RaySession":
+        """Connect (or use the caller's ``ray.init``) and check that every cell fits a node.
+
+        Raises:
+            ScenarioError: Ray missing, an address it cannot connect to, ``cuda:N`` cells, or (on
+                the instance this session starts) a cell asking for more than the machine has.
+        """
+        check_cells(runs)
+        try:
+            import ray
+        except ImportError:
+            raise ScenarioError("--executor ray: Ray is not installed (pip install 'fedsim[ray]')") from None
+        self.ray = ray
+        try:
+            self._connect()
+            self._check_fit(runs)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _connect(self) -> None:
+        ray = self.ray
+        if ray.is_initialized():
+            if self.options.address is not None:
+                self.log(f"Ray is already initialized in this process; --address {self.options.address} is not used")
+            mods, notes = local_modules(self.plugins)
+            if mods:
+                notes.append("Ray was initialized by the caller: --plugin modules "
+                             f"{', '.join(m.__name__ for m in mods)} are not sent to the cluster (pass them in "
+                             "ray.init(runtime_env={'py_modules': [...]}) or install them on every node)")
+            for n in notes:
+                self.log(n)
+        else:
+            self._init()
+
+    def _init(self) -> None:
+        ray, address = self.ray, self.options.address
+        kw: dict[str, Any] = {"logging_level": "WARNING", "configure_logging": True}
+        if address is None:  # a private instance on this machine only
+            kw.update(address="local", include_dashboard=False)
+            self._setenv(_SINGLE_NODE, "0")  # Ray's single-machine mode: every process on 127.0.0.1
+            self._cluster_mode = _set_cluster_mode(ray, False)
+            if not any(k in os.environ for k in _AUTH_VARS):
+                # Ray's token authentication with a token of this instance's own, held in the
+                # environment of its processes (Ray would otherwise write ~/.ray/auth_token)
+                self._setenv("RAY_AUTH_TOKEN", secrets.token_hex(32))
+                self._setenv("RAY_AUTH_MODE", None)  # Ray sets it to "token": restored by close
+                quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
+                self._logger_level = quiet.level
+                quiet.setLevel(logging.ERROR)  # not its "token authentication is enabled" warning
+        else:
+            if address != "auto":  # Ray waits minutes on an address where no cluster answers
+                _probe(address)
+            mods, notes = local_modules(self.plugins)
+            for n in notes:
+                self.log(n)
+            kw["address"] = address
+            if mods:
+                kw["runtime_env"] = {"py_modules": mods}
+        try:
+            ray.init(**kw)
+        except (ConnectionError, ValueError, RuntimeError, TimeoutError) as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            where = "this machine" if address is None else f"--address {address}"
+            raise ScenarioError(f"--executor ray: cannot start or reach Ray at {where} ({first})") from None
+        self.owned = True
+
+    def _setenv(self, key: str, value: str | None) -> None:
+        """Set (None: only remember) an environment variable, restored by :meth:`close`."""
+        self._environ.setdefault(key, os.environ.get(key))
+        if value is not None:
+            os.environ[key] = value
+
+    def _check_fit(self, runs: Sequence[CompareRun]) -> None:
+        nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
+        cpus = max((n.get("CPU", 0) for n in nodes), default=0)
+        gpus = max((n.get("GPU", 0) for n in nodes), default=0)
+        for r in runs:
+            need = cell_resources(r.scenario, self.options.gpus_per_cell)
+            short = []
+            if need["num_cpus"] > cpus:
+                short.append(f"{need['num_cpus']} CPUs (engine.threads; the largest node has {cpus:g})")
+            if need["num_gpus"] > gpus:
+                short.append(f"a GPU (engine.device cuda; the largest node has {gpus:g})")
+            if not short:
+                continue
+            if self.owned and self.options.address is None:
+                raise ScenarioError(f"cell {r.cell.name}: asks for {' and '.join(short)} on this machine's Ray instance")
+            self.log(f"cell {r.cell.name} asks for {' and '.join(short)}: its runs wait until such a node joins")
+            return
+
+    def close(self) -> None:
+        """Shut down the connection this session opened (and the instance it started); a caller's
+        ``ray.init`` is left as it was."""
+        if self.owned and self.ray is not None:
+            self.ray.shutdown()
+            self.owned = False
+            _set_cluster_mode(self.ray, self._cluster_mode)
+            self._cluster_mode = None
+        if self._logger_level is not None:
+            logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(self._logger_level)
+            self._logger_level = None
+        for k, v in self._environ.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        self._environ = {}
+
+    # ---------------------------------------------------------------- run
+    def run(
+        self,
+        todo: Sequence[CompareRun],
+        table_format: str,
+        finished: Callable[..., None],
+        run_one: Callable,
+        status: Callable[[str], None] | None = None,
+    ) -> int:
+        """Run ``todo`` as Ray tasks, each with ``run_one`` (a module-level function, sent by
+        reference); ``finished(run, result, error, note)`` is called once per run (``error`` a
+        :class:`TaskFailure` for a run that failed on its worker, or after its retries). ``status``
+        gets the cluster's counts whenever they change. Returns the number of retries."""
+        ray = self.ray
+        remove_leftovers(r.folder for r in todo)
+        pieces, notes = registered_pieces()
+        for n in notes:
+            self.log(n)
+        pieces_ref = ray.put(pieces)
+        opts = self.options
+        cpu_fn = ray.remote(max_retries=0)(_cell)
+        gpu_fn = ray.remote(num_gpus=1, max_retries=0, max_calls=1)(_cell)  # a fresh process per GPU run
+        pending: dict[Any, _Attempt] = {}
+        snapshots: dict[Path, tuple | None] = {}
+        counts = {"done": 0, "failed": 0, "retried": 0}
+        total = len(todo)
+        t0 = time.perf_counter()
+
+        def submit(r: CompareRun, attempt: int) -> None:
+            need = cell_resources(r.scenario, opts.gpus_per_cell)
+            snap = snapshot(r.folder)
+            snapshots[r.folder] = snap
+            old = ray.put(read_folder(r.folder)) if snap is not None else None
+            fn = gpu_fn if need["num_gpus"] else cpu_fn
+            gen = fn.options(num_cpus=need["num_cpus"], num_gpus=need["num_gpus"], num_returns="streaming").remote(
+                run_one, dump_scenario(r.scenario), table_format, self.plugins, pieces_ref, old, bool(need["num_gpus"]))
+            pending[gen] = _Attempt(r, gen, attempt)
+
+        def line() -> str:
+            running = sum(a.started is not None for a in pending.values())
+            ended = counts["done"] + counts["failed"]
+            eta = (time.perf_counter() - t0) / ended * (total - ended) if ended else None
+            return (f"{counts['done']} done, {running} running, {counts['retried']} retried, {counts['failed']} "
+                    f"failed of {total}; ETA {_fmt_eta(eta)}")
+
+        def show() -> None:
+            if status is not None:
+                status(line())
+
+        def end(a: _Attempt, res: dict | None, err: BaseException | None) -> None:
+            pending.pop(a.gen, None)
+            counts["failed" if err is not None else "done"] += 1
+            where = f" on {a.host}" if a.host else ""
+            finished(a.run, res, err, f"{where} | {line()}")
+            show()
+
+        for r in todo:
+            try:
+                submit(r, 1)
+            except (ScenarioError, OSError) as err:
+                end(_Attempt(r, None, 1), None, TaskFailure(f"{type(err).__name__}: {err}"))
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+                for gen in ready:
+                    a = pending[gen]
+                    try:
+                        item = ray.get(next(gen))
+                    except StopIteration:  # no result: treat as a lost worker
+                        item, err = None, RuntimeError("the task ended without a result")
+                    except ray.exceptions.RayTaskError as e:
+                        end(a, None, TaskFailure(_message(e)))
+                        continue
+                    except ray.exceptions.TaskCancelledError:
+                        raise KeyboardInterrupt from None
+                    except ray.exceptions.RayError as e:
+                        item, err = None, e
+                    if item is None:  # the worker process or its node was lost
+                        pending.pop(gen, None)
+                        if a.attempt <= opts.retries:
+                            counts["retried"] += 1
+                            self.log(f"retrying {a.run.label} (attempt {a.attempt + 1} of {opts.retries + 1}): "
+                                     f"{_message(err)}")
+                            try:
+                                submit(a.run, a.attempt + 1)
+                            except (ScenarioError, OSError) as e:
+                                end(a, None, TaskFailure(f"{type(e).__name__}: {e}"))
+                            show()
+                        else:
+                            end(a, None, TaskFailure(f"{_message(err)} (lost {a.attempt} times; --retries {opts.retries})"))
+                        continue
+                    if "files" not in item:  # it started
+                        a.started, a.host = time.perf_counter(), str(item.get("host", ""))
+                        show()
+                        continue
+                    try:
+                        store_folder(a.run.folder, item["files"], snapshots.get(a.run.folder))
+                    except (ScenarioError, OSError) as e:
+                        end(a, None, TaskFailure(f"{type(e).__name__}: {e}"))
+                        continue
+                    end(a, item["result"], None)
+        except BaseException:
+            for gen in list(pending):
+                try:
+                    ray.cancel(gen)  # KeyboardInterrupt in the task; its worker stays for later runs
+                except Exception:  # noqa: BLE001 - cancelling is best effort; the driver is stopping
+                    pass
+            raise
+        return counts["retried"]
