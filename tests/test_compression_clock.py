@@ -84,6 +84,17 @@ def test_the_wait_round_closes_at_the_compressed_upload(tmp_path):
         assert times == pytest.approx([close, 2 * close], rel=1e-12)
 
 
+def test_the_example_in_the_docs_is_this_world():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "compression.md").read_text()
+    doc = " ".join(doc.split())
+    assert (LATENCY, UP, N * B, CASES["topk_1pct"][2]) == (0.1, 5000.0, 2440, 56)
+    for text, value in (("0.1 + 2440 x 8 / 5000 = 4.004 s", 4.004), ("0.1 + 56 x 8 / 5000 = 0.1896 s", 0.1896)):
+        assert text in doc
+        assert eval(text.split("=")[0].replace("x", "*")) == pytest.approx(value, abs=1e-12)
+
+
 # --------------------------------------------------------------------------- refused, before the folder
 def test_payload_bytes_with_a_compressor_is_one_line(write_yaml, capsys):
     raw = {**BASE, "system": {**BASE["system"], "payload_bytes": 1000},
