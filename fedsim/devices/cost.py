@@ -31,7 +31,7 @@ from torch import nn
 
 from ..clock.model import WorkCost
 
-__all__ = ["WorkCost", "step_flops", "model_bytes", "upload_bytes", "work_cost", "cost_info"]
+__all__ = ["WorkCost", "step_flops", "model_bytes", "upload_bytes", "work_cost", "compressed_cost", "cost_info"]
 
 
 def step_flops(
@@ -107,20 +107,33 @@ def work_cost(
     if module is None:
         raise ValueError("model.name: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
     size = model_bytes(module) if payload is None else payload_size(module, payload)
-    down, up = size, upload_bytes(size, uses_control_variates)
-    if _compresses(downlink) or _compresses(uplink):
-        from ..compression import apply
-
-        params = dict(module.named_parameters())
-        if _compresses(downlink):
-            down = _whole(apply.download_bytes(downlink, params))
-        if _compresses(uplink):
-            up = _whole(apply.upload_bytes(uplink, params, control_variates=uses_control_variates))
-    return WorkCost(
+    cost = WorkCost(
         step_flops=step_flops(module, input_shape, batch_size) if count_flops else None,
-        model_bytes=down,
-        upload_bytes=up,
+        model_bytes=size,
+        upload_bytes=upload_bytes(size, uses_control_variates),
     )
+    return compressed_cost(cost, module, uses_control_variates, uplink=uplink, downlink=downlink)
+
+
+def compressed_cost(cost: WorkCost, module: nn.Module, uses_control_variates: bool, *, uplink=None,
+                    downlink=None) -> WorkCost:
+    """``cost`` with each compressed link's bytes replaced by its compressor's declared payload
+    for ``module``'s parameters (:func:`fedsim.compression.apply.download_bytes`, ``upload_bytes``:
+    the latter with the control-variate change uncompressed); ``cost`` itself when neither link
+    compresses (None or ``none``)."""
+    if not (_compresses(downlink) or _compresses(uplink)):
+        return cost
+    from dataclasses import replace
+
+    from ..compression import apply
+
+    params = dict(module.named_parameters())
+    down, up = cost.model_bytes, cost.upload_bytes
+    if _compresses(downlink):
+        down = _whole(apply.download_bytes(downlink, params))
+    if _compresses(uplink):
+        up = _whole(apply.upload_bytes(uplink, params, control_variates=uses_control_variates))
+    return replace(cost, model_bytes=down, upload_bytes=up)
 
 
 def _compresses(compressor) -> bool:
