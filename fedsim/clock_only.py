@@ -106,13 +106,20 @@ def work_cost_for(sc: Scenario, ds, model=None):
     if isinstance(ds, QuadraticProblem) or (s.compute is None and s.network is None and s.trace is None
                                            and not flops_aggregate):
         return None  # the quadratic problem has no model: no FLOPs or bytes (refused with those, check_runnable)
+    import torch
+
     from .devices.cost import work_cost
     from .engine.workload import make_model
 
+    from .runner.build import check_compressors, compressors
+
     shape, classes = _shape_and_classes(ds)
     module = make_model(sc, shape, classes, model)
+    if sc.engine.dtype == "float64":  # the parameters a run trains (bytes per entry), as build_workload
+        module = module.to(dtype=torch.float64)
+    check_compressors(sc, dict(module.named_parameters()))  # its bytes for this model: one line, exit 2
     return work_cost(module, shape, sc.algorithm.batch_size, sc.algorithm_spec.uses_control_variates,
-                     count_flops=s.compute is not None, payload=s.payload_bytes)
+                     count_flops=s.compute is not None, payload=s.payload_bytes, **compressors(sc))
 
 
 def _write_tables(clock, rounds: int, out: Path, columns: list[str]) -> None:

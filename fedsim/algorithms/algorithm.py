@@ -268,7 +268,10 @@ class Algorithm:
         new = replace(state, opt=opt, version=state.version + 1, lr=upd.lr)
         rule = self.parts.correction.server
         if rule is not None:  # control variates, global direction, ...
-            new = rule(new, upd, d, spec)
+            # a client computes its control variate from its own change and sends the c change
+            # uncompressed (docs/compression.md); other rules see what the server received
+            cv = self.uses_control_variates
+            new = rule(new, upd.as_computed_by_clients() if cv else upd, d, spec)
         if spec.share_vhat and upd.vhat is not None:
             new = replace(new, vhat=shared_vhat(upd))
         return new_params, new

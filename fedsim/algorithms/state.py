@@ -9,6 +9,7 @@
     fedcm / lada: D = -d / (eta * sum_i w_i ||a_i||_1): the clients' average change per unit of
         local progress (per step for SGD); the next round's local direction (0 in round 1).
     share_vhat: v_hat = sum_i w_i v_hat_i / sum_i w_i over the clients that reported.
+    error feedback (docs/compression.md): e_i' = Delta_i + e_i - C(Delta_i + e_i), kept per client.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class ServerState:
     vhat: Tensors | None = None  # averaged AMSGrad v_hat (LocalAdam, FedLADA)
     version: int = 0
     lr: float | None = None  # local lr of the last round with reports (FedNova hybrid momentum)
+    #: error feedback's residuals e_i by client (``algorithm.compression.error_feedback``; client
+    #: state like c_i, set by the engine when it compresses the uploads, docs/compression.md)
+    residuals: dict[int, Tensors] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,14 @@ class RoundUpdate:
     num_clients: int  # N, all clients
     client_p: dict[int, float] = field(default_factory=dict)  # p_i of every client (default 1/N)
     vhat: Tensors | None = None  # clients' final v_hat (AMSGrad)
+    #: the clients' own changes y_i - x before uplink compression (``deltas`` is what the server
+    #: received); None when the uploads are not compressed. Control-variate rules read these.
+    raw_deltas: Tensors | None = None
+
+    def as_computed_by_clients(self) -> "RoundUpdate":
+        """This update with ``deltas`` = the clients' own uncompressed changes (itself when the
+        uploads were not compressed): what a client computes its control variate from."""
+        return self if self.raw_deltas is None else replace(self, deltas=self.raw_deltas)
 
 
 def global_direction(upd: RoundUpdate, d: Tensors) -> Tensors:

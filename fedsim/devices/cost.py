@@ -12,6 +12,10 @@
   of tensors for algorithms that send control variates (SCAFFOLD's c_i update, Karimireddy et al.
   2020, Alg. 1 line 17; VRL-SGD's and FedNova-VR's variates), read from
   :attr:`fedsim.algorithms.spec.AlgoSpec.uses_control_variates`.
+* With compressors (``algorithm.compression`` / ``downlink_compression``, docs/compression.md):
+  a download is the downlink compressor's declared payload for the model's parameter count n and
+  element size b, an upload the uplink compressor's plus n b bytes of control-variate change
+  (:func:`fedsim.compression.apply.upload_bytes`, ``download_bytes``); ``none`` is the raw rule.
 
 The quadratic problem has no model and so no cost: :func:`work_cost` refuses it (ValueError naming
 ``model.name``), so compute- or network-based timing cannot be asked of it.
@@ -27,7 +31,7 @@ from torch import nn
 
 from ..clock.model import WorkCost
 
-__all__ = ["WorkCost", "step_flops", "model_bytes", "upload_bytes", "work_cost", "cost_info"]
+__all__ = ["WorkCost", "step_flops", "model_bytes", "upload_bytes", "work_cost", "compressed_cost", "cost_info"]
 
 
 def step_flops(
@@ -89,22 +93,61 @@ def upload_bytes(model_size: int, uses_control_variates: bool) -> int:
 
 def work_cost(
     module: nn.Module | None, input_shape: tuple[int, ...], batch_size: int, uses_control_variates: bool,
-    *, count_flops: bool = True, payload: int | str | None = None,
+    *, count_flops: bool = True, payload: int | str | None = None, uplink=None, downlink=None,
 ) -> WorkCost:
     """The :class:`WorkCost` of training ``module`` (``None``: the quadratic problem, refused).
 
     ``count_flops=False`` leaves ``step_flops`` None: counting runs ``FlopCounterMode``, whose first
     use imports ``torch._dynamo`` (about 1 s of start-up), so runs count only when the clock needs
-    the FLOPs (``system.compute``)."""
+    the FLOPs (``system.compute``). ``uplink`` / ``downlink``: the links' compressors
+    (:class:`fedsim.compression.Compressor`, None: the raw bytes); their declared payloads for the
+    module's parameters replace ``model_bytes`` (the download) and the delta's share of the
+    upload. ``payload`` (``system.payload_bytes``) is for raw links only (the scenario refuses it
+    with a compressor other than ``none``)."""
     if module is None:
         raise ValueError("model.name: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
     size = model_bytes(module) if payload is None else payload_size(module, payload)
-    return WorkCost(
+    cost = WorkCost(
         step_flops=step_flops(module, input_shape, batch_size) if count_flops else None,
         model_bytes=size,
         upload_bytes=upload_bytes(size, uses_control_variates),
         params=sum(p.numel() for p in module.parameters()),
     )
+    return compressed_cost(cost, module, uses_control_variates, uplink=uplink, downlink=downlink)
+
+
+def compressed_cost(cost: WorkCost, module: nn.Module, uses_control_variates: bool, *, uplink=None,
+                    downlink=None) -> WorkCost:
+    """``cost`` with each compressed link's bytes replaced by its compressor's declared payload
+    for ``module``'s parameters (:func:`fedsim.compression.apply.download_bytes`, ``upload_bytes``:
+    the latter with the control-variate change uncompressed); ``cost`` itself when neither link
+    compresses (None or ``none``)."""
+    if not (_compresses(downlink) or _compresses(uplink)):
+        return cost
+    from dataclasses import replace
+
+    from ..compression import apply
+
+    params = dict(module.named_parameters())
+    down, up = cost.model_bytes, cost.upload_bytes
+    if _compresses(downlink):
+        down = _whole(apply.download_bytes(downlink, params))
+    if _compresses(uplink):
+        up = _whole(apply.upload_bytes(uplink, params, control_variates=uses_control_variates))
+    return replace(cost, model_bytes=down, upload_bytes=up)
+
+
+def _compresses(compressor) -> bool:
+    """A compressor whose declared bytes replace the raw ones: any but None and ``none`` (the
+    identity, whose payload is the raw n b bytes anyway)."""
+    from ..compression.none import Identity
+
+    return compressor is not None and not isinstance(compressor, Identity)
+
+
+def _whole(b: float) -> int | float:
+    """Declared bytes as an int when whole (what ``info.yaml`` shows), else as they are."""
+    return int(b) if float(b).is_integer() else float(b)
 
 
 def cost_info(cost: WorkCost) -> dict[str, int]:

@@ -20,6 +20,12 @@ Model versions: ``versions[v]`` holds x^v for every version a job in flight may 
 after each plan the versions older than ``plan.min_live_version`` are freed. Checkpoints hold
 them (``state_dict``), so a resumed run trains in-flight jobs from the same models.
 
+Compression (``wire``, docs/compression.md): jobs of version v train from its broadcast
+C_down(x^v) (computed once per version, freed with it; not checkpointed, it is a function of x^v);
+the completed jobs of a plan are compressed when they report, in the plan's order (a prefetched
+update stays raw in ``trained`` until then), each from its client's residual; FedAsync mixes
+toward x^{v_k} + C_up(Delta_k), x^{v_k} the server's full-precision copy.
+
 Rows: ``rounds.csv`` one row per server update (``round`` = update index u, which makes server
 version u + 1; ``sim_time`` = the update's time; ``participants`` = K completed arrivals; ``lr`` =
 the local lr handed out with version u). ``clients.csv`` one row per job in the clock's processing
@@ -67,10 +73,20 @@ class AsyncEngine(SyncEngine):
     #: key -> (update of the job, its a_norm, loss, loss_sq): trained from ``RoundPlan.started``, not reported yet
     trained: dict[int, tuple[Tensors, float, float, float]] = field(default_factory=dict)
     prefetch_min: int = PREFETCH_MIN
+    #: version -> its broadcast C_down(x^v), for the versions still live (with a downlink compressor)
+    broadcasts: dict[int, Tensors] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.versions:
             self.versions = {self.server.version: self.params}
+
+    def _start(self, v: int) -> Tensors:
+        """The model jobs of version ``v`` train from: x^v, or its broadcast with a downlink compressor."""
+        if self.wire is None or self.wire.downlink is None:
+            return self.versions[v]
+        if v not in self.broadcasts:
+            self.broadcasts[v] = self.wire.broadcast(self.versions[v], v)
+        return self.broadcasts[v]
 
     def step(self, plan: RoundPlan) -> tuple[RoundRecord, list[ClientRecord]]:
         """Execute one server update; returns its round record (not evaluated) and client records."""
@@ -108,7 +124,7 @@ class AsyncEngine(SyncEngine):
             # torchrun: every rank holds the same plan, so the groups (and collectives) match
             train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
             res = train(
-                work.for_clients([t.client for t in tasks]), alg, x_v, tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
+                work.for_clients([t.client for t in tasks]), alg, self._start(v), tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
             )
             for row, i in enumerate(idx):
                 a_norm[i], loss[i], loss_sq[i] = res.a_norm[row], res.loss[row], res.loss_sq[row]
@@ -117,8 +133,13 @@ class AsyncEngine(SyncEngine):
                     starts[k][i] = x_v[k]
         coef = torch.zeros(0, dtype=torch.float64)
         if n:
+            stacked = {k: torch.stack(v) for k, v in deltas.items()}
+            if self.wire is not None and self.wire.uplink is not None:  # at report time, in the plan's order
+                stacked, residuals = self.wire.upload(stacked, [j.client for j in done], [j.key for j in done],
+                                                      self.server.residuals)
+                self.server = replace(self.server, residuals=residuals)
             arr = Arrivals(
-                deltas={k: torch.stack(v) for k, v in deltas.items()},
+                deltas=stacked,
                 starts={k: torch.stack(v) for k, v in starts.items()} if spec.asynchronous == "fedasync" else None,
                 weights=torch.tensor([j.weight for j in done], dtype=torch.float64),
                 staleness=torch.tensor([j.staleness for j in done], dtype=torch.float64),
@@ -130,6 +151,7 @@ class AsyncEngine(SyncEngine):
         self.versions[self.server.version] = self.params
         for v in [v for v in self.versions if v < plan.min_live_version]:
             del self.versions[v]
+            self.broadcasts.pop(v, None)
         by_key = {j.key: i for i, j in enumerate(done)}
         clients = []
         for j in plan.jobs:
@@ -160,7 +182,7 @@ class AsyncEngine(SyncEngine):
         tasks = [Task(c, steps, key) for c, key, steps in started]
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
         res = train(
-            self.work.for_clients([t.client for t in tasks]), self.alg, self.versions[v], tasks,
+            self.work.for_clients([t.client for t in tasks]), self.alg, self._start(v), tasks,
             round_lr=self.alg.spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
         )
         for row, t in enumerate(tasks):
@@ -185,6 +207,7 @@ class AsyncEngine(SyncEngine):
         self.server = ServerState(**to_device(state["server"], dev))
         self.versions = {int(v): {k: t.to(dev) for k, t in p.items()} for v, p in state["versions"].items()}
         self.versions[self.server.version] = self.params
+        self.broadcasts = {}
         self.norm = NormState(*map(float, state["norm"]))
         # (update, a_norm, loss, loss_sq); checkpoints written before losses were reported hold (update, a_norm)
         self.trained = {int(key): ({k: t.to(dev) for k, t in d.items()}, *map(float, rest), *[math.nan] * (3 - len(rest)))

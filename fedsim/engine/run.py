@@ -22,6 +22,7 @@ from . import distributed
 from .distributed import train_cohort_sharded
 from .evaluate import global_objective, test_metrics
 from .train import Task, train_cohort
+from .wire import Wire
 from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
@@ -70,13 +71,20 @@ def average_buffers(buffers: Tensors, weights: torch.Tensor) -> Tensors:
 
 def train_and_apply(work: Workload, alg: Algorithm, params: Tensors, server: ServerState, tasks, weights: dict,
                     *, lr: float, seed: int, chunk: int, client_p: dict, buffers: Tensors | None = None,
-                    train=train_cohort):
+                    train=train_cohort, wire: Wire | None = None):
     """One synchronous round's computation of ``alg``: the tasks' local training from ``params`` (each
     client with its correction, the server's direction and v_hat), then the server update with
     the reporting clients' weights ``weights[client]``. Returns ``(params, server state, cohort
-    result)``; the result carries the weights used (``res.weights``, float64, task order)."""
+    result)``; the result carries the weights used (``res.weights``, float64, task order) and the
+    clients' own deltas (``res.deltas``).
+
+    ``wire`` (docs/compression.md): the clients train from its broadcast of ``params`` (version
+    ``server.version``) and the server aggregates its decompressed uploads, each client's
+    error-feedback residual kept in the returned state's ``residuals``; the control-variate rule
+    reads the clients' own deltas (``RoundUpdate.raw_deltas``)."""
+    start = params if wire is None else wire.broadcast(params, server.version)
     res = train(
-        work.for_clients([t.client for t in tasks]), alg, params, tasks,
+        work.for_clients([t.client for t in tasks]), alg, start, tasks,
         round_lr=lr, seed=seed, chunk=chunk,
         correction=lambda i: alg.correction(server, i, params),
         direction=server.direction,
@@ -85,10 +93,14 @@ def train_and_apply(work: Workload, alg: Algorithm, params: Tensors, server: Ser
     )
     w = torch.tensor([weights[t.client] for t in tasks], dtype=torch.float64)
     res.weights = w
+    deltas, raw = res.deltas, None
+    if wire is not None and wire.uplink is not None and tasks:
+        deltas, residuals = wire.upload(res.deltas, res.clients, [t.key for t in tasks], server.residuals)
+        raw, server = res.deltas, replace(server, residuals=residuals)
     upd = RoundUpdate(
-        clients=res.clients, deltas=res.deltas, weights=w, a_norm=res.a_norm, steps=res.steps,
+        clients=res.clients, deltas=deltas, weights=w, a_norm=res.a_norm, steps=res.steps,
         lr=lr, num_clients=work.num_clients,
-        client_p=client_p, vhat=res.vhat,
+        client_p=client_p, vhat=res.vhat, raw_deltas=raw,
     )
     new_params, new_server = alg.server_update(params, server, upd)
     return new_params, new_server, res
@@ -133,6 +145,8 @@ class SyncEngine:
     train_loss: bool = False
     #: the global model's buffers (BatchNorm statistics); None: the workload's initial ones
     buffers: Tensors | None = field(default=None)
+    #: what crosses the wire (algorithm.compression / downlink_compression); None: nothing compressed
+    wire: Wire | None = None
 
     def global_buffers(self) -> Tensors:
         """The global buffers now (empty for a stateless model)."""
@@ -162,7 +176,7 @@ class SyncEngine:
         bufs = self.global_buffers()
         self.params, self.server, res = train_and_apply(
             work, alg, self.params, self.server, tasks, weights, lr=lr, seed=self.seed, chunk=self.chunk,
-            client_p=self.client_p, buffers=bufs, train=train,
+            client_p=self.client_p, buffers=bufs, train=train, wire=self.wire,
         )
         if bufs and tasks:
             self.buffers = average_buffers(res.buffers, res.weights)

@@ -15,12 +15,13 @@ from ..engine.probe import check_ranks
 from ..engine.run import SyncEngine
 from ..engine.threads import set_threads, thread_budget
 from ..engine.chunking import auto_chunk
+from ..engine.wire import Wire
 from ..engine.workload import build_workload, resolve_device
 from ..scenario import Scenario
 from ..validate import check_compute_steps, check_device_available
 from .clock import build_clock
 
-__all__ = ["Built", "build_run", "adopt_clients"]
+__all__ = ["Built", "build_run", "adopt_clients", "wire_of", "compressors", "check_compressors"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     check_ranks(work, distributed.world()[1])  # torchrun: a model with buffers, before the folder
     alg = Algorithm.build(sc.algorithm_spec)  # every part looked up once, for the whole run
     alg.check(work.init_params)  # the pieces' state on one step: one line, exit 2
+    check_compressors(sc, work.init_params)  # a compressor's bytes and output for this model: one line, exit 2
     chunk = (
         auto_chunk(work, device, threads=sc.engine.threads or thread_budget())
         if sc.engine.clients_per_batch == "auto"
@@ -64,14 +66,44 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     cls = AsyncEngine if sc.round.policy == "async" else SyncEngine  # FedBuff / FedAsync
     engine = cls(
         work, alg, dict(work.init_params), alg.init(work.init_params), chunk,
-        rounds=sc.rounds, seed=sc.seed, train_loss=sc.eval.train_loss,
+        rounds=sc.rounds, seed=sc.seed, train_loss=sc.eval.train_loss, wire=wire_of(sc),
     )
     cost = None
     if work.module is not None:
         cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, alg.uses_control_variates,
-                         count_flops=sc.system.compute is not None, payload=sc.system.payload_bytes)
+                         count_flops=sc.system.compute is not None, payload=sc.system.payload_bytes,
+                         **compressors(sc))
         check_compute_steps(sc, cost.step_flops)  # issue 21.18: needs the model's FLOPs
     return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost), cost)
+
+
+def compressors(sc: Scenario) -> dict:
+    """``{"uplink": ..., "downlink": ...}``: each link's compressor (None when its key is off), as
+    :func:`fedsim.devices.cost.work_cost` takes them."""
+    up, down = sc.algorithm.compression, sc.algorithm.downlink_compression
+    return {"uplink": None if up is None else up.compressor(), "downlink": None if down is None else down.compressor()}
+
+
+def wire_of(sc: Scenario) -> Wire | None:
+    """What the engine applies to the uploads and the broadcast (None when neither key is set:
+    the engine then makes no compression call)."""
+    up, down = sc.algorithm.compression, sc.algorithm.downlink_compression
+    if up is None and down is None:
+        return None
+    return Wire(None if up is None else up.value(), None if down is None else down.compressor(), sc.seed)
+
+
+def check_compressors(sc: Scenario, params) -> None:
+    """Each set compressor against the model's parameters ``params``
+    (:func:`fedsim.compression.apply.check_compression`: its declared bytes for the model's n and
+    b, its output on a probe update): a one-line ScenarioError naming the link's key, before the
+    run folder is touched."""
+    from ..compression.apply import check_compression
+    from ..compression.section import DOWNLINK, UPLINK
+
+    for path, section in ((UPLINK, sc.algorithm.compression), (DOWNLINK, sc.algorithm.downlink_compression)):
+        if section is not None:
+            check_compression(section.compressor(), params, path, section.name)
 
 
 def adopt_clients(sc: Scenario, data=None):

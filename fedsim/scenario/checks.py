@@ -88,6 +88,9 @@ def check_scenario(sc) -> None:
         raise _FieldError("system.trace_semantics", "fedscale applies to window, wait and deadline rounds, not async")
     _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)
     _check_model_options(sc)
+    from ..compression.none import check_with_payload
+
+    check_with_payload(sc.algorithm, sc.system.payload_bytes)  # bytes: the compressor's or payload_bytes
     from ..errors import ScenarioError
 
     try:
