@@ -114,7 +114,7 @@ def schedule(
 
 # --------------------------------------------------------------------------- registrations
 def _register(registry, name: str, obj: Any, replace: bool, *, factory: bool = False) -> Any:
-    from .registry import RegistryError
+    from .named_pieces import RegistryError
 
     if factory and not (callable(obj) or isinstance(obj, str)):
         raise RegistryError(f"{registry.kind} {name!r}: expected a factory (a callable, or 'module:attribute'), "
@@ -168,7 +168,7 @@ def register_availability(name: str, section: Any, *, replace: bool = False) -> 
     """Register an availability model, a subclass of :class:`fedsim.availability.AvailabilitySection`
     (or ``'module:attribute'`` naming one), as ``system.availability: {model: name, ...}``."""
     from .availability import AvailabilitySection
-    from .registry import RegistryError
+    from .named_pieces import RegistryError
 
     if not (isinstance(section, str) or (isinstance(section, type) and issubclass(section, AvailabilitySection))):
         raise RegistryError(f"availability model {name!r}: expected a subclass of fedsim.availability.AvailabilitySection, "

@@ -19,7 +19,7 @@ import importlib
 import sys
 
 from .errors import ScenarioError
-from .registry import RegistryError
+from .named_pieces import RegistryError
 
 __all__ = ["GROUP", "PluginError", "load_entry_points", "load_modules", "load_plugins"]
 

@@ -1,6 +1,6 @@
 """The registries of named pieces: the one place a name in a scenario file is looked up.
 
-Each :class:`~fedsim.registry.Registry` maps names to pieces of one kind:
+Each :class:`~fedsim.named_pieces.Registry` maps names to pieces of one kind:
 
 =================  ===========================  ==============================================
 registry           scenario field               a piece is
@@ -26,7 +26,7 @@ an installed package's ``fedsim.plugins`` entry point, or ``--plugin MODULE`` (:
 
 from __future__ import annotations
 
-from .registry import Registry
+from .named_pieces import Registry
 
 __all__ = [
     "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",

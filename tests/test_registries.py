@@ -11,7 +11,7 @@ import yaml
 
 from fedsim import registries
 from fedsim.cli import main
-from fedsim.registry import Registry, RegistryError
+from fedsim.named_pieces import Registry, RegistryError
 from fedsim.scenario import ScenarioError, dump_scenario, parse_scenario
 
 BUILTIN_MODELS = ("cnn", "logreg", "mlp", "resnet18_gn", "vgg11")

@@ -7,7 +7,7 @@ and drops ``share_vhat``; ``server_momentum`` on a plain-SGD server turns it int
 ``amend`` on an algorithm without a correction adds the amended direction). A combination that
 makes no sense raises :class:`SpecError` naming the key the user set (``algorithm.x: ...``),
 which the scenario loader turns into exit status 2. A name no registry knows is the registry's own
-one-line error (:meth:`fedsim.registry.Registry.get`).
+one-line error (:meth:`fedsim.named_pieces.Registry.get`).
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def _check_model_options(sc) -> None:
     model registered from Python or a plug-in; a lazy built-in is checked when the run builds it)."""
     from .. import registries
     from ..errors import ScenarioError
-    from ..registry import check_options
+    from ..factory_options import check_options
 
     name = sc.model.name
     factory = registries.MODELS.loaded(name) if name not in (None, "quadratic") else None

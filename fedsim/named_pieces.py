@@ -1,4 +1,7 @@
-"""Registries: the one way a named piece (model, dataset, algorithm, algorithm part) enters fedsim.
+"""The mechanism behind every named piece: :class:`Registry` (names -> pieces of one kind) and
+:class:`RegistryError`. The registries themselves, one per kind, are :mod:`fedsim.registries`.
+
+Registries are the one way a named piece (model, dataset, algorithm, algorithm part) enters fedsim.
 
 A scenario file only *names* pieces (``model: {name: my_cnn}``); the name must have been registered
 from Python (``fedsim.register_model``), by an installed plug-in (entry-point group
@@ -12,13 +15,12 @@ Errors are one line: an unknown name lists the known ones; a second registration
 from __future__ import annotations
 
 import importlib
-import inspect
 import re
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Generic, Iterator, TypeVar
 
 from .errors import ScenarioError
 
-__all__ = ["Registry", "RegistryError", "takes_option", "check_options", "call_factory"]
+__all__ = ["Registry", "RegistryError"]
 
 T = TypeVar("T")
 
@@ -124,35 +126,3 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {list(self.names())})"
-
-
-
-Factory = Callable[..., Any]
-
-
-def takes_option(factory: Any, option: str) -> bool:
-    """Whether ``factory``'s signature takes the keyword ``option`` (or ``**kwargs``)."""
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return True
-    return option in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def check_options(factory: Any, options: dict, what: str, path: str) -> None:
-    """One-line :class:`~fedsim.errors.ScenarioError` naming ``path`` and the options ``factory``
-    takes when its signature does not take one of ``options``."""
-    bad = [k for k in options if not takes_option(factory, k)]
-    if bad:
-        try:
-            params = inspect.signature(factory).parameters
-            known = [p for p, v in params.items() if v.kind is v.KEYWORD_ONLY or v.default is not v.empty]
-        except (TypeError, ValueError):
-            known = []
-        raise ScenarioError(f"{path}: {what} takes no option {bad[0]!r}; it takes: {', '.join(known) or 'none'}")
-
-
-def call_factory(factory: Any, args: tuple, options: dict, what: str, path: str) -> Any:
-    """``factory(*args, **options)`` after :func:`check_options`."""
-    check_options(factory, options, what, path)
-    return factory(*args, **options)
