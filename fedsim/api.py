@@ -261,8 +261,10 @@ def _result(sc, folder: Path, *, keep: bool, info: bool = True) -> Result:
     return Result(tables.rounds, tables.clients, meta or {}, sc, folder if keep else None)
 
 
-def _from_python(config: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """``data.name`` / ``model.name`` ``from_python``: a piece handed to :func:`run` as an object."""
+def from_python_placeholder(config: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """The factory registered as ``data.name`` / ``model.name`` ``from_python``: a run records that
+    name when its piece was handed to :func:`run` as an object; a scenario file naming it gets
+    this one-line error (nothing to build)."""
     from .errors import ScenarioError
 
     raise ScenarioError(f"{FROM_PYTHON}: this run's data or model was given from Python "

@@ -57,7 +57,7 @@ def _register_builtins() -> None:
         MODELS.register(name, f"fedsim.models:{name}")
     MODELS.register("leaf_cnn", "fedsim.models.leaf:leaf_cnn")  # LEAF's FEMNIST CNN (docs/datasets.md)
     MODELS.register("char_lstm", "fedsim.models.leaf:char_lstm")  # LEAF's Shakespeare stacked LSTM
-    MODELS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(model=...): the model object
+    MODELS.register("from_python", "fedsim.api:from_python_placeholder")  # fedsim.run(model=...): the model object
     # datasets (fedsim/data): factory(config, seed)
     DATASETS.register("quadratic", "fedsim.data.builtin:quadratic")
     DATASETS.register("synthetic", "fedsim.data.builtin:synthetic")
@@ -68,7 +68,7 @@ def _register_builtins() -> None:
     DATASETS.register("femnist", "fedsim.data.femnist:femnist")
     DATASETS.register("shakespeare", "fedsim.data.shakespeare:shakespeare")
     DATASETS.register("femnist_fedscale", "fedsim.data.femnist:femnist_fedscale")
-    DATASETS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(data=...): the data object
+    DATASETS.register("from_python", "fedsim.api:from_python_placeholder")  # fedsim.run(data=...): the data object
     # algorithms (presets: fedsim/algorithms/presets.py) and their parts (fedsim/algorithms/parts.py),
     # lazily: the algorithms package looks parts up here, so importing it from here would be a cycle
     for name in PRESET_NAMES:

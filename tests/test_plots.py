@@ -183,6 +183,11 @@ def test_plots_from_a_tiny_real_comparison(tmp_path):
     res = run_compare(base, out=tmp_path / "cmp", algorithms=["fedavg", "fednova"],
                       policies=["window", "deadline"], target=0.2)
     assert len(res.ran) == 4 and not res.failed
+    # the hand-written runs have a real run's columns (tests/_fake_runs.py derives them from the records)
+    fake = write_run(tmp_path / "fake")
+    real = tmp_path / "cmp" / "fedavg-window" / "seed0"
+    for table in ("rounds.csv", "clients.csv"):
+        assert list(pd.read_csv(fake / table).columns) == list(pd.read_csv(real / table).columns), table
     files = plots.plot_dir(tmp_path / "cmp", tmp_path / "figs")
     assert {"acc_vs_time.png", "time_to_target.png", "classes.png", "timeline_fednova-window.png"} <= {f.name for f in files}
     for f in files:

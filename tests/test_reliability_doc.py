@@ -53,7 +53,7 @@ def test_symlink_and_shared_folder_rules_match_the_code():
         assert not parquet.PART_NAME.fullmatch(stranger) and f"`{stranger}`" in text
     assert not parquet.PART_NAME.fullmatch("part-0000.parquet")
     assert "(`part-NNNNN.parquet`, five or more digits)" in text
-    assert parquet._TMP_NAME.fullmatch(".part-abc_12.tmp") and "(`.part-*.tmp`)" in text
+    assert parquet.TMP_NAME.fullmatch(".part-abc_12.tmp") and "(`.part-*.tmp`)" in text
     assert threads.SLOTS.name.startswith("fedsim-cores-") and "`<tempdir>/fedsim-cores-<uid>`" in text
     src = inspect.getsource(threads)
     assert "os.mkdir(folder, 0o700)" in src and "mode `0o700`" in text

@@ -87,7 +87,9 @@ class Workload:
         """Shape of one example, e.g. ``(60,)`` or ``(3, 32, 32)``."""
         return tuple(int(d) for d in self.x_train.shape[1:])
 
-    def _held(self) -> list[tuple[int, np.ndarray]]:
+    def held_clients(self) -> list[tuple[int, np.ndarray]]:
+        """``(client, its rows of x_train)`` for every client whose training data this workload
+        holds (all clients, or the held subset when clients are generated on demand)."""
         ci = self.client_indices
         return list(ci.items()) if isinstance(ci, Mapping) else list(enumerate(ci))
 
@@ -104,7 +106,7 @@ class Workload:
         """Per training sample p_i / n_i (over the evaluation sample, divided by its total p when it
         is not every client): the objective is sum_s w_s loss_s (built once)."""
         w = np.zeros(self.x_train.shape[0], dtype=np.float64)
-        held = self._held()
+        held = self.held_clients()
         if self.eval_clients is not None:
             keep = set(self.eval_clients.tolist())
             held = [(c, ix) for c, ix in held if c in keep]
@@ -120,7 +122,7 @@ class Workload:
         does not depend on which clients are held; the rows are the same values either way."""
         if self.fetch is None:
             return self
-        held = dict(self._held())
+        held = dict(self.held_clients())
         have = [c for c in clients if c in held]
         missing = [c for c in clients if c not in held]
         xs, ys, idx, start = [], [], {}, 0

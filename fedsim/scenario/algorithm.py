@@ -7,9 +7,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from .. import registries
-from .base import _Frozen, registered
+from .base import Section, registered
 
-class AlgorithmConfig(_Frozen):
+class AlgorithmConfig(Section):
     """Algorithm preset plus overrides. ``None`` means "the preset's default"."""
 
     name: str = "fedavg"

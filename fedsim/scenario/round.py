@@ -6,14 +6,14 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from .base import _Frozen
+from .base import Section
 from .distributions import Constant, IntDist, dist_low
 
 #: Largest ``round.overcommit`` factor (FedScale's default is 1.3).
 MAX_OVERCOMMIT = 100.0
 
 
-class RoundConfig(_Frozen):
+class RoundConfig(Section):
     """Server round policy and the work each client is given."""
 
     policy: Literal["window", "wait", "deadline", "overcommit", "async"] = "window"
