@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from .errors import ScenarioError
 
-__all__ = ["takes_option", "check_options", "call_factory"]
+__all__ = ["takes_option", "check_options", "call_factory", "failure"]
 
 
 Factory = Callable[..., Any]
@@ -39,3 +39,12 @@ def call_factory(factory: Any, args: tuple, options: dict, what: str, path: str)
     """``factory(*args, **options)`` after :func:`check_options`."""
     check_options(factory, options, what, path)
     return factory(*args, **options)
+
+
+def failure(err: BaseException, limit: int = 200) -> str:
+    """``TypeName: first line of the message`` (at most ``limit`` characters of it): how a foreign
+    factory's exception is reported in one line."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__

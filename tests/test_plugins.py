@@ -105,7 +105,8 @@ def test_plugin_option_imports_a_module_before_the_scenario_is_read(tmp_path):
 @pytest.mark.parametrize("source,message", [
     (None, "plugin no_such_module: cannot load (ModuleNotFoundError: No module named 'no_such_module')"),
     ("raise RuntimeError('boom')", "plugin broken: cannot load (RuntimeError: boom)"),
-    ("import fedsim\nfedsim.register_model('logreg', lambda s, c: None)", "plugin broken: model 'logreg' is already registered"),
+    ("import fedsim\nfedsim.register_model('logreg', lambda s, c: None)", "plugin broken: model 'logreg' is already registered by fedsim, not again by plugin module broken "
+     "(replace=True replaces it)"),
 ])
 def test_a_failing_plugin_is_one_line_exit_2_nothing_written(tmp_path, source, message):
     mods = tmp_path / "mods"
