@@ -117,6 +117,13 @@ def schedule(
 # loaded): a piece of the wrong kind is one line naming it (RegistryError, exit 2), never an
 # AttributeError in the middle of a run. The registry records who registered each name.
 def _register(registry, name: str, obj: Any, replace: bool, check) -> Any:
+    if obj is None:  # not the registry's decorator form: register_* take the piece itself
+        from .named_pieces import RegistryError
+
+        try:
+            check(None)
+        except ValueError as err:
+            raise RegistryError(f"{registry.kind} {str(name)[:64]!r}: {err}") from None
     return registry.register(name, obj, replace=replace, check=check)
 
 

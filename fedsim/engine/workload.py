@@ -116,7 +116,7 @@ def dataset_for(sc):
         raise
     except ValueError as err:
         raise ScenarioError(f"{_data_error_path(str(err))}: {err}") from None
-    except Exception as err:  # noqa: BLE001 - a plug-in's factory failing is one line naming it
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - a plug-in's factory failing is one line naming it
         if who == BUILTIN:
             raise
         raise ScenarioError(f"data.name: dataset {name!r} (registered by {who}) raised {failure(err)}") from None

@@ -199,7 +199,7 @@ def make_model(sc, input_shape: tuple[int, ...], num_classes: int | None, model=
         module = build()
     except ScenarioError:
         raise
-    except Exception as err:  # noqa: BLE001 - a user's factory failing is one line naming it
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - a user's factory failing is one line naming it
         if who == BUILTIN:
             raise
         raise ScenarioError(f"{path}: {what} raised {failure(err)}") from None
