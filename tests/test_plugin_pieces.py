@@ -60,6 +60,8 @@ def test_registrants_are_recorded_and_a_clash_names_both(cleanup):
     (fedsim.register_algorithm, {"momentum": 5.0}, "algorithm 'bad_piece': momentum: Input should be less than 1"),
     (fedsim.register_algorithm, {"momentum": True}, "algorithm 'bad_piece': momentum: must not be true/false (got true)"),
     (fedsim.register_algorithm, {"solver": 3}, "algorithm 'bad_piece': solver: must be a registered solver's name, got int"),
+    (fedsim.register_algorithm, {"mu": None}, "algorithm 'bad_piece': mu: must not be null in a preset (leave it out for "
+                                              "the default, 0.0)"),
     (fedsim.register_algorithm, {"lr": 0.1}, "algorithm 'bad_piece': 'lr' is not a part of an algorithm (parts: solver, "),
     (fedsim.register_algorithm, ["sgd"], "algorithm 'bad_piece': a preset is a mapping of part keys to values, got list"),
     (fedsim.register_algorithm, {"asynchronous": "soon"}, "algorithm 'bad_piece': asynchronous: must be fedbuff, fedasync or null, got 'soon'"),

@@ -92,6 +92,8 @@ def check_preset(preset: Any) -> None:
     for key in preset:
         if key not in BASE:
             raise ValueError(f"{str(key)[:40]!r} is not a part of an algorithm (parts: {', '.join(BASE)})")
+        if preset[key] is None and BASE[key] is not None:
+            raise ValueError(f"{key}: must not be null in a preset (leave it out for the default, {BASE[key]!r})")
     for key in PART_KINDS:
         if key in preset and not isinstance(preset[key], str):
             raise ValueError(f"{key}: must be a registered {key}'s name, got {type(preset[key]).__name__}")
