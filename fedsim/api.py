@@ -147,11 +147,17 @@ def _preset(obj: Any) -> None:
     check_preset(obj)
 
 
-def _availability(obj: Any) -> None:
-    from .availability import AvailabilitySection
+def _subclass_of(module: str, name: str):
+    """The check of a piece that is a section class: a subclass of ``module.name``."""
 
-    if not (isinstance(obj, type) and issubclass(obj, AvailabilitySection)):
-        raise ValueError(f"expected a subclass of fedsim.availability.AvailabilitySection, got {repr(obj)[:80]}")
+    def check(obj: Any) -> None:
+        import importlib
+
+        base = getattr(importlib.import_module(module), name)
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise ValueError(f"expected a subclass of {module}.{name}, got {repr(obj)[:80]}")
+
+    return check
 
 
 def register_model(name: str, factory: Any, *, replace: bool = False) -> Any:
@@ -203,7 +209,8 @@ def register_staleness(name: str, rule: Any, *, replace: bool = False) -> Any:
 def register_availability(name: str, section: Any, *, replace: bool = False) -> Any:
     """Register an availability model, a subclass of :class:`fedsim.availability.AvailabilitySection`
     (or ``'module:attribute'`` naming one), as ``system.availability: {model: name, ...}``."""
-    return _register(registries.AVAILABILITY, name, section, replace, _availability)
+    return _register(registries.AVAILABILITY, name, section, replace,
+                     _subclass_of("fedsim.availability", "AvailabilitySection"))
 
 
 # --------------------------------------------------------------------------- helpers
