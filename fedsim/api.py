@@ -115,92 +115,119 @@ def schedule(
 
 
 # --------------------------------------------------------------------------- registrations
-def _register(registry, name: str, obj: Any, replace: bool, *, factory: bool = False) -> Any:
-    from .registry import RegistryError
+# Every piece is checked when it is registered (a lazy 'module:attribute' target when it is first
+# loaded): a piece of the wrong kind is one line naming it (RegistryError, exit 2), never an
+# AttributeError in the middle of a run. The registry records who registered each name.
+def _register(registry, name: str, obj: Any, replace: bool, check) -> Any:
+    if obj is None:  # not the registry's decorator form: register_* take the piece itself
+        from .named_pieces import RegistryError
 
-    if factory and not (callable(obj) or isinstance(obj, str)):
-        raise RegistryError(f"{registry.kind} {name!r}: expected a factory (a callable, or 'module:attribute'), "
-                            f"got {type(obj).__name__}")
-    return registry.register(name, obj, replace=replace)
+        try:
+            check(None)
+        except ValueError as err:
+            raise RegistryError(f"{registry.kind} {str(name)[:64]!r}: {err}") from None
+    return registry.register(name, obj, replace=replace, check=check)
+
+
+def _factory(obj: Any) -> None:
+    if not callable(obj):
+        raise ValueError(f"expected a factory (a callable, or 'module:attribute'), got {type(obj).__name__}")
+
+
+def _part(kind: str):
+    def check(obj: Any) -> None:
+        from .algorithms.parts import check_part
+
+        check_part(kind, obj)
+
+    return check
+
+
+def _preset(obj: Any) -> None:
+    from .scenario.algorithm import check_preset
+
+    check_preset(obj)
+
+
+def _subclass_of(module: str, name: str):
+    """The check of a piece that is a section class: a subclass of ``module.name``."""
+
+    def check(obj: Any) -> None:
+        import importlib
+
+        base = getattr(importlib.import_module(module), name)
+        if not (isinstance(obj, type) and issubclass(obj, base)):
+            raise ValueError(f"expected a subclass of {module}.{name}, got {repr(obj)[:80]}")
+
+    return check
 
 
 def register_model(name: str, factory: Any, *, replace: bool = False) -> Any:
-    """Register ``factory(input_shape, num_classes, **options) -> nn.Module`` as ``model.name: name``."""
-    return _register(registries.MODELS, name, factory, replace, factory=True)
+    """Register ``factory(input_shape, num_classes, **options) -> nn.Module`` as ``model.name: name``
+    (a callable; what it returns is checked when a run builds the model)."""
+    return _register(registries.MODELS, name, factory, replace, _factory)
 
 
 def register_dataset(name: str, factory: Any, *, replace: bool = False) -> Any:
     """Register ``factory(config, seed) -> FederatedData`` as ``data.name: name`` (``config``: the
-    scenario's ``data`` section, its own options in ``config.options``; ``seed``: the data seed)."""
-    return _register(registries.DATASETS, name, factory, replace, factory=True)
+    scenario's ``data`` section, its own options in ``config.options``; ``seed``: the data seed; a
+    callable; what it returns is checked when a run builds the data)."""
+    return _register(registries.DATASETS, name, factory, replace, _factory)
 
 
 def register_algorithm(name: str, algorithm: Any, *, replace: bool = False) -> Any:
     """Register an algorithm, a preset (a mapping of part keys to values, docs/extending.md), as
-    ``algorithm.name: name``."""
-    return _register(registries.ALGORITHMS, name, algorithm, replace)
+    ``algorithm.name: name``; its keys and values are checked as the scenario's ``algorithm`` keys
+    (:func:`fedsim.scenario.algorithm.check_preset`)."""
+    return _register(registries.ALGORITHMS, name, algorithm, replace, _preset)
 
 
 def register_solver(name: str, solver: Any, *, replace: bool = False) -> Any:
     """Register a local solver (``fedsim.algorithms.parts.Solver``) as ``algorithm.solver: name``."""
-    return _register(registries.SOLVERS, name, solver, replace)
+    return _register(registries.SOLVERS, name, solver, replace, _part("solver"))
 
 
 def register_correction(name: str, correction: Any, *, replace: bool = False) -> Any:
-    """Register a local correction as ``algorithm.correction: name``."""
-    return _register(registries.CORRECTIONS, name, correction, replace)
+    """Register a local correction (``fedsim.algorithms.parts.Correction``) as ``algorithm.correction: name``."""
+    return _register(registries.CORRECTIONS, name, correction, replace, _part("correction"))
 
 
 def register_aggregation(name: str, aggregation: Any, *, replace: bool = False) -> Any:
-    """Register a server aggregation as ``algorithm.aggregation: name``."""
-    return _register(registries.AGGREGATIONS, name, aggregation, replace)
+    """Register a server aggregation (``fedsim.algorithms.parts.Aggregation``) as ``algorithm.aggregation: name``."""
+    return _register(registries.AGGREGATIONS, name, aggregation, replace, _part("aggregation"))
 
 
 def register_server_opt(name: str, server_opt: Any, *, replace: bool = False) -> Any:
-    """Register a server optimizer as ``algorithm.server_opt: name``."""
-    return _register(registries.SERVER_OPTS, name, server_opt, replace)
+    """Register a server optimizer (``fedsim.algorithms.parts.ServerOpt``) as ``algorithm.server_opt: name``."""
+    return _register(registries.SERVER_OPTS, name, server_opt, replace, _part("server_opt"))
 
 
 def register_staleness(name: str, rule: Any, *, replace: bool = False) -> Any:
-    """Register an asynchronous staleness rule as ``algorithm.staleness: name``."""
-    return _register(registries.STALENESS, name, rule, replace)
+    """Register an asynchronous staleness rule (``fedsim.algorithms.parts.StalenessRule``) as
+    ``algorithm.staleness: name``."""
+    return _register(registries.STALENESS, name, rule, replace, _part("staleness"))
 
 
 def register_availability(name: str, section: Any, *, replace: bool = False) -> Any:
     """Register an availability model, a subclass of :class:`fedsim.availability.AvailabilitySection`
     (or ``'module:attribute'`` naming one), as ``system.availability: {model: name, ...}``."""
-    from .availability import AvailabilitySection
-    from .registry import RegistryError
-
-    if not (isinstance(section, str) or (isinstance(section, type) and issubclass(section, AvailabilitySection))):
-        raise RegistryError(f"availability model {name!r}: expected a subclass of fedsim.availability.AvailabilitySection, "
-                            f"got {section!r}")
-    return _register(registries.AVAILABILITY, name, section, replace)
+    return _register(registries.AVAILABILITY, name, section, replace,
+                     _subclass_of("fedsim.availability", "AvailabilitySection"))
 
 
 def register_selector(name: str, section: Any, *, replace: bool = False) -> Any:
     """Register a selection rule, a subclass of :class:`fedsim.selection.section.SelectionSection`
     (or ``'module:attribute'`` naming one), as ``round.selection: {name: name, ...}``."""
-    from .registry import RegistryError
-    from .selection.section import SelectionSection
-
-    if not (isinstance(section, str) or (isinstance(section, type) and issubclass(section, SelectionSection))):
-        raise RegistryError(f"selection rule {name!r}: expected a subclass of fedsim.selection.section.SelectionSection, "
-                            f"got {section!r}")
-    return _register(registries.SELECTORS, name, section, replace)
+    return _register(registries.SELECTORS, name, section, replace,
+                     _subclass_of("fedsim.selection.section", "SelectionSection"))
 
 
 def register_compressor(name: str, section: Any, *, replace: bool = False) -> Any:
     """Register a compressor, a subclass of :class:`fedsim.compression.CompressionSection` (or
     ``'module:attribute'`` naming one), as ``algorithm.compression: {name: name, ...}`` (and
     ``algorithm.downlink_compression``)."""
-    from .compression import CompressionSection
-    from .registry import RegistryError
-
-    if not (isinstance(section, str) or (isinstance(section, type) and issubclass(section, CompressionSection))):
-        raise RegistryError(f"compressor {name!r}: expected a subclass of fedsim.compression.CompressionSection, "
-                            f"got {section!r}")
-    return _register(registries.COMPRESSORS, name, section, replace)
+    return _register(registries.COMPRESSORS, name, section, replace,
+                     _subclass_of("fedsim.compression", "CompressionSection"))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -288,8 +315,10 @@ def _result(sc, folder: Path, *, keep: bool, info: bool = True) -> Result:
     return Result(tables.rounds, tables.clients, meta or {}, sc, folder if keep else None)
 
 
-def _from_python(config: Any = None, *args: Any, **kwargs: Any) -> Any:
-    """``data.name`` / ``model.name`` ``from_python``: a piece handed to :func:`run` as an object."""
+def from_python_placeholder(config: Any = None, *args: Any, **kwargs: Any) -> Any:
+    """The factory registered as ``data.name`` / ``model.name`` ``from_python``: a run records that
+    name when its piece was handed to :func:`run` as an object; a scenario file naming it gets
+    this one-line error (nothing to build)."""
     from .errors import ScenarioError
 
     raise ScenarioError(f"{FROM_PYTHON}: this run's data or model was given from Python "

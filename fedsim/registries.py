@@ -1,6 +1,6 @@
 """The registries of named pieces: the one place a name in a scenario file is looked up.
 
-Each :class:`~fedsim.registry.Registry` maps names to pieces of one kind:
+Each :class:`~fedsim.named_pieces.Registry` maps names to pieces of one kind:
 
 =================  ===========================  ==============================================
 registry           scenario field               a piece is
@@ -30,7 +30,7 @@ an installed package's ``fedsim.plugins`` entry point, or ``--plugin MODULE`` (:
 
 from __future__ import annotations
 
-from .registry import Registry
+from .named_pieces import Registry
 
 __all__ = [
     "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",
@@ -66,7 +66,7 @@ def _register_builtins() -> None:
         MODELS.register(name, f"fedsim.models:{name}")
     MODELS.register("leaf_cnn", "fedsim.models.leaf:leaf_cnn")  # LEAF's FEMNIST CNN (docs/datasets.md)
     MODELS.register("char_lstm", "fedsim.models.leaf:char_lstm")  # LEAF's Shakespeare stacked LSTM
-    MODELS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(model=...): the model object
+    MODELS.register("from_python", "fedsim.api:from_python_placeholder")  # fedsim.run(model=...): the model object
     # datasets (fedsim/data): factory(config, seed)
     DATASETS.register("quadratic", "fedsim.data.builtin:quadratic")
     DATASETS.register("synthetic", "fedsim.data.builtin:synthetic")
@@ -77,7 +77,7 @@ def _register_builtins() -> None:
     DATASETS.register("femnist", "fedsim.data.femnist:femnist")
     DATASETS.register("shakespeare", "fedsim.data.shakespeare:shakespeare")
     DATASETS.register("femnist_fedscale", "fedsim.data.femnist:femnist_fedscale")
-    DATASETS.register("from_python", "fedsim.api:_from_python")  # fedsim.run(data=...): the data object
+    DATASETS.register("from_python", "fedsim.api:from_python_placeholder")  # fedsim.run(data=...): the data object
     # algorithms (presets: fedsim/algorithms/presets.py) and their parts (fedsim/algorithms/parts.py),
     # lazily: the algorithms package looks parts up here, so importing it from here would be a cycle
     for name in PRESET_NAMES:

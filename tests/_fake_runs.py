@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dataclasses import astuple
+
 import pandas as pd
 import yaml
 
-ROUND_COLS = ["round", "sim_time", "participants", "tau_mean", "tau_min", "tau_max",
-              "train_loss", "test_loss", "test_acc", "lr", "diverged"]
-CLIENT_COLS = ["round", "client", "status", "steps", "a_norm", "start", "end", "version", "staleness", "weight"]
+from fedsim.records import ClientRecord, RoundRecord, columns
+
+# the columns a classification run writes: the records' fields (dist_to_opt only for quadratic data)
+ROUND_COLS = columns(RoundRecord, omit=("dist_to_opt",))
+CLIENT_COLS = columns(ClientRecord)
 
 
 def write_run(folder: Path, *, seed: int = 0, algorithm: str = "fedavg", policy: str = "window",
@@ -25,28 +29,31 @@ def write_run(folder: Path, *, seed: int = 0, algorithm: str = "fedavg", policy:
     }))
     rows, crow = [], []
     speeds = [8.0, 6.0, 4.0, 1.0]
+    lat = float(latency)
     for r in range(rounds):
         t0, t1 = r * window, (r + 1) * window
         taus = []
         for c, s in enumerate(speeds):
             if r == 1 and c == 2:
-                crow.append([r, c, "offline", 0, 0.0, t0, t0, r, 0, 0.0])
+                crow.append(ClientRecord(r, c, "offline", 0, 0.0, t0, t0, r, 0, 0.0))
                 continue
             if r == 2 and c == 3:
-                crow.append([r, c, "dropped", 0, 0.0, t0, t1, r, 0, 0.0])
+                crow.append(ClientRecord(r, c, "dropped", 0, 0.0, t0, t1, r, 0, 0.0, download=lat))
                 continue
             if r == 3 and c == 1:
-                crow.append([r, c, "failed", 0, 0.0, t0, t0 + 4.0, r, 0, 0.0])
+                crow.append(ClientRecord(r, c, "failed", 0, 0.0, t0, t0 + 4.0, r, 0, 0.0, download=lat))
                 continue
             tau = int((window - 2 * latency) * s) - (3 if c == 1 else 0)  # client 1 idles at the end
             taus.append(tau)
             end = t0 + 2 * latency + tau / s
-            crow.append([r, c, "completed", tau, float(tau), t0, end, r, 0, 0.25])
+            crow.append(ClientRecord(r, c, "completed", tau, float(tau), t0, end, r, 0, 0.25, download=lat, upload=lat))
         acc = min(0.95, 0.3 + 0.15 * r + speed_bias + 0.01 * seed)
-        rows.append([r, t1, len(taus), sum(taus) / len(taus), min(taus), max(taus),
-                     2.0 / (r + 1), 2.1 / (r + 1), acc, 0.05, 0])
-    pd.DataFrame(rows, columns=ROUND_COLS).to_csv(folder / "rounds.csv", index=False)
-    pd.DataFrame(crow, columns=CLIENT_COLS).to_csv(folder / "clients.csv", index=False)
+        rows.append(RoundRecord(r, t1, len(taus), sum(taus) / len(taus), min(taus), max(taus),
+                                train_loss=2.0 / (r + 1), test_loss=2.1 / (r + 1), test_acc=acc, lr=0.05,
+                                available=3 if r == 1 else 4))
+    pd.DataFrame([[getattr(x, k) for k in ROUND_COLS] for x in rows], columns=ROUND_COLS).to_csv(
+        folder / "rounds.csv", index=False)
+    pd.DataFrame([astuple(x) for x in crow], columns=CLIENT_COLS).to_csv(folder / "clients.csv", index=False)
     (folder / "model.pt").write_bytes(b"fake")
     if partition:
         part = [[c, k, 5 + 3 * ((c + k) % 3)] for c in range(4) for k in range(3) if (c + k) % 4]

@@ -19,7 +19,7 @@ from fedsim.clock.availability import AvailabilityModel, TimelineStates
 from fedsim.clock.model import Population
 from fedsim.errors import ScenarioError
 from fedsim.registries import AVAILABILITY
-from fedsim.registry import RegistryError
+from fedsim.named_pieces import RegistryError
 from fedsim.scenario import RoundConfig, SystemConfig, parse_scenario
 
 

@@ -27,17 +27,17 @@ def _cleanup(*pairs):
 
 
 def test_a_replaced_preset_and_part_are_used_by_the_next_resolution():
-    first, second = (lambda spec: "first"), (lambda spec: "second")
+    first, second = (lambda spec: lambda upd: "first"), (lambda spec: lambda upd: "second")
     try:
         fedsim.register_aggregation("agg_replaced", Aggregation(first))
         fedsim.register_algorithm("alg_replaced", {"aggregation": "agg_replaced", "server_lr": 0.5})
         sc = parse_scenario({**SCENARIO, "algorithm": {"name": "alg_replaced"}})
         assert sc.algorithm_spec.server_lr == 0.5
-        assert algorithm(sc.algorithm_spec).aggregate == "first"
+        assert algorithm(sc.algorithm_spec).aggregate(None) == "first"
         fedsim.register_algorithm("alg_replaced", {"aggregation": "agg_replaced", "server_lr": 0.25}, replace=True)
         assert sc.algorithm_spec.server_lr == 0.25  # the same (equal) section resolves anew
         fedsim.register_aggregation("agg_replaced", Aggregation(second), replace=True)
-        assert algorithm(sc.algorithm_spec).aggregate == "second"  # the same spec builds anew
+        assert algorithm(sc.algorithm_spec).aggregate(None) == "second"  # the same spec builds anew
     finally:
         _cleanup((registries.ALGORITHMS, "alg_replaced"), (registries.AGGREGATIONS, "agg_replaced"))
 

@@ -22,7 +22,7 @@ from fedsim.compression.topk import TopK
 from fedsim.compression.apply import check_compression, upload_bytes
 from fedsim.errors import ScenarioError
 from fedsim.registries import COMPRESSORS
-from fedsim.registry import RegistryError
+from fedsim.named_pieces import RegistryError
 from fedsim.scenario import dump_scenario, parse_scenario
 from tests._tiny_runs import exit_2
 

@@ -113,9 +113,9 @@ def _limit_memory():
     resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_BYTES, MEMORY_BYTES))
 
 
-def _cli(*args: str, cwd: Path) -> tuple[int, str]:
+def _cli(*args: str, cwd: Path, env: dict | None = None) -> tuple[int, str]:
     """(exit code, stderr) of ``python -m fedsim ARGS`` under the memory limit; fails on timeout."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env or {})}
     t0 = time.perf_counter()
     try:
         r = subprocess.run([sys.executable, "-m", "fedsim", *args], cwd=cwd, env=env, capture_output=True, text=True,
@@ -241,6 +241,7 @@ def test_device_and_fifo_trace_paths_exit_2(special, tmp_path):
 # contract: exit 0 or 2, one line on 2, within TIMEOUT_S and MEMORY_BYTES. Few examples each: every
 # one is a fresh process.
 import pickle  # noqa: E402
+import json  # noqa: E402
 import tempfile  # noqa: E402
 
 big_numbers = st.one_of(st.integers(-(2**70), 2**70), st.sampled_from([10**400, -(10**400), 10**5000 // 10**4990]),
@@ -341,3 +342,77 @@ def test_plot_arguments_exit_0_or_2(target, dpi, rounds, tmp_path):
             args.append(f"{flag}={value}")
     code, err = _cli(*args, cwd=tmp_path)
     _assert_0_or_2(code, err)
+
+
+# --------------------------------------------------------------------------- plug-in pieces (issue 28 item 16)
+# A plug-in module registers pieces of every kind, good and bad; the scenario names one of them and
+# runs through the real command line under the same memory and time bounds: exit 0 or 2 with one
+# line, and a refusal leaves no run folder. (A part that passes every check and then fails in the
+# middle of a round is a bug in the part: that run exits 1; not fuzzed here.)
+PLUGIN_HEAD = """import json, sys
+import fedsim
+from fedsim.algorithms import parts as P
+
+def _raise(*a, **k):
+    raise RuntimeError("piece raised " + "x" * 500)
+
+def _exit(*a, **k):
+    sys.exit(3)
+"""
+PIECES = {  # kind -> (register function, the scenario keys naming the piece)
+    "model": ("register_model", lambda n: {"model": {"name": n}}),
+    "dataset": ("register_dataset", lambda n: {"data": {"name": n, "clients": 4}}),
+    "algorithm": ("register_algorithm", lambda n: {"algorithm": {"name": n}}),
+    "solver": ("register_solver", lambda n: {"algorithm": {"solver": n}}),
+    "correction": ("register_correction", lambda n: {"algorithm": {"correction": n}}),
+    "aggregation": ("register_aggregation", lambda n: {"algorithm": {"aggregation": n}}),
+    "server_opt": ("register_server_opt", lambda n: {"algorithm": {"server_opt": n}}),
+    "staleness": ("register_staleness", lambda n: {"algorithm": {"staleness": n}}),
+}
+PIECE_VALUES = [
+    "42", "None", "'x'", "'math:pi'", "'no_such_module_zz:x'", "_raise", "_exit", "len",
+    "lambda *a, **k: 'x'", "lambda *a, **k: None", "lambda *a, **k: (1, 2)", "lambda *a, **k: [0] * 3",
+    "P.Solver(42)", "P.Solver(lambda s: 'junk')", "P.Solver(_raise)", "P.Solver(lambda s: [None])",
+    "P.SGD", "P.Correction(needs='x')", "P.Correction(before=lambda s: [1])", "P.Correction(after=_exit)",
+    "P.NONE", "P.Aggregation(lambda s: 3)", "P.Aggregation(_raise)", "P.AVG", "P.ServerOpt(lambda s: None)",
+    "P.ServerOpt(_raise)", "P.SERVER_SGD", "P.StalenessRule(lambda s: None)", "P.POLYNOMIAL",
+]
+preset_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
+              st.sampled_from(["sgd", "adam", "nova", "momentum", "fedbuff", "tau", "x" * 200])),
+    lambda inner: st.lists(inner, max_size=3), max_leaves=4,
+)
+presets = st.dictionaries(st.sampled_from(["solver", "momentum", "mu", "correction", "amend", "aggregation", "tau_eff",
+                                           "server_opt", "server_lr", "server_momentum", "server_betas", "server_eps",
+                                           "share_vhat", "asynchronous", "lr", "x"]), preset_values, max_size=4)
+registration = st.one_of(
+    st.tuples(st.sampled_from(sorted(PIECES)), st.sampled_from(PIECE_VALUES)),
+    st.tuples(st.just("algorithm"), presets.map(lambda p: f"json.loads({json.dumps(json.dumps(p))})")),
+)
+plugin_tail = st.sampled_from(["", "sys.exit(0)", "sys.exit('bye')", "raise ValueError('v' * 3000)",
+                               "fedsim.register_model('logreg', len)"])
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(regs=st.lists(registration, min_size=1, max_size=2), tail=plugin_tail)
+def test_plugin_pieces_exit_0_or_2_within_bounds(regs, tail, tmp_path):
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    lines, raw = [PLUGIN_HEAD], {"name": "fz", "rounds": 1, "data": {"name": "synthetic", "clients": 4},
+                                  "system": {"speed": 2.0}, "round": {"policy": "window", "window": 2.0},
+                                  "algorithm": {"name": "fedavg", "lr": 0.1}}
+    for i, (kind, value) in enumerate(regs):
+        register, keys = PIECES[kind]
+        name = f"fz_{kind}_{i}"
+        lines.append(f"fedsim.{register}({name!r}, {value})")
+        if i == 0:
+            for section, over in keys(name).items():
+                raw[section] = {**raw.get(section, {}), **over}
+    lines.append(tail)
+    (tmp_path / "fz_plugin.py").write_text("\n".join(lines) + "\n")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    # FEDSIM_HOLD_CORES=0: a run that is accepted does not wait for core slots other processes hold
+    code, err = _cli("run", "s.yaml", "--plugin", "fz_plugin", "--out", "out", "--quiet", cwd=tmp_path,
+                     env={"FEDSIM_HOLD_CORES": "0"})
+    _assert_0_or_2(code, err)
+    if code == 2:
+        assert not (tmp_path / "out").exists(), err

@@ -140,6 +140,25 @@ def test_plot_dir_and_cli(tmp_path, fake_cmp, capsys):
     assert main(["plot", str(tmp_path / "empty")]) == 2
 
 
+def test_plot_reads_each_timeline_latency_or_refuses_the_folder(tmp_path, capsys):
+    """The timeline's latency comes from the run's scenario.yaml; an unreadable or missing one is
+    one line naming the file (exit 2), never a silent latency 0 (issue 30)."""
+    from fedsim.report.plot_inputs import read_latency
+
+    run = write_run(tmp_path / "run", latency=0.75)
+    assert read_latency(run) == 0.75
+    files = plots.plot_dir(run, tmp_path / "figs")
+    assert any(f.name.startswith("timeline_") for f in files)
+    for text in ("system: {latency: .nan}\n", "system: {}\n", "system: {latency: -1}\n", "[unclosed\n"):
+        (run / "scenario.yaml").write_text(text)
+        assert main(["plot", str(run), "--out", str(tmp_path / "f2")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(run / "scenario.yaml") in err, err
+    (run / "scenario.yaml").unlink()
+    assert main(["plot", str(run), "--out", str(tmp_path / "f3")]) == 2
+    assert "scenario.yaml" in capsys.readouterr().err
+
+
 def _has_clock():
     try:
         from fedsim.clock import Clock  # noqa: F401
@@ -164,6 +183,11 @@ def test_plots_from_a_tiny_real_comparison(tmp_path):
     res = run_compare(base, out=tmp_path / "cmp", algorithms=["fedavg", "fednova"],
                       policies=["window", "deadline"], target=0.2)
     assert len(res.ran) == 4 and not res.failed
+    # the hand-written runs have a real run's columns (tests/_fake_runs.py derives them from the records)
+    fake = write_run(tmp_path / "fake")
+    real = tmp_path / "cmp" / "fedavg-window" / "seed0"
+    for table in ("rounds.csv", "clients.csv"):
+        assert list(pd.read_csv(fake / table).columns) == list(pd.read_csv(real / table).columns), table
     files = plots.plot_dir(tmp_path / "cmp", tmp_path / "figs")
     assert {"acc_vs_time.png", "time_to_target.png", "classes.png", "timeline_fednova-window.png"} <= {f.name for f in files}
     for f in files:

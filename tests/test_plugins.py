@@ -105,7 +105,14 @@ def test_plugin_option_imports_a_module_before_the_scenario_is_read(tmp_path):
 @pytest.mark.parametrize("source,message", [
     (None, "plugin no_such_module: cannot load (ModuleNotFoundError: No module named 'no_such_module')"),
     ("raise RuntimeError('boom')", "plugin broken: cannot load (RuntimeError: boom)"),
-    ("import fedsim\nfedsim.register_model('logreg', lambda s, c: None)", "plugin broken: model 'logreg' is already registered"),
+    ("import fedsim\nfedsim.register_model('logreg', lambda s, c: None)", "plugin broken: model 'logreg' is already registered by fedsim, not again by plugin module broken "
+     "(replace=True replaces it)"),
+    # issue 28 item 16: a plug-in that quits, or registers a piece of the wrong kind
+    ("import sys\nsys.exit(0)", "plugin broken: called sys.exit(0) while loading"),
+    ("import fedsim\nfedsim.register_solver('x', 42)",
+     "plugin broken: local solver 'x': expected a fedsim.algorithms.parts.Solver, got int"),
+    ("import fedsim\nfedsim.register_algorithm('fast', {'momentum': 5.0})",
+     "plugin broken: algorithm 'fast': momentum: Input should be less than 1"),
 ])
 def test_a_failing_plugin_is_one_line_exit_2_nothing_written(tmp_path, source, message):
     mods = tmp_path / "mods"
@@ -135,3 +142,54 @@ def test_compare_workers_load_the_plugin_too(tmp_path):
                "--quiet", "--plugin", "my_pieces")
     assert r.returncode == 0, r.stderr
     assert "2 run, 0 already done, 0 failed" in r.stdout
+
+
+PLANTED = {
+    # files an attacker leaves in the folder a user runs fedsim from (issue 28 item 2)
+    "torch.py": "open('PLANTED_torch', 'w').write('x')\nraise SystemExit('planted torch imported')\n",
+    "evil.py": "import os\nopen(f'PLANTED_ep_{os.getpid()}', 'w').write('x')\n",
+    "evil-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: evil\nVersion: 0.1\n",
+    "evil-0.1.dist-info/entry_points.txt": "[fedsim.plugins]\nevil = evil\n",
+}
+
+
+def test_the_current_folder_is_never_on_the_import_path(tmp_path):
+    """--plugin finds ./NAME.py in the current folder by its file; nothing else there is imported
+    or read as an entry point, by the command or its compare workers."""
+    for name, text in PLANTED.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "my_pieces.py").write_text(textwrap.dedent(PACKAGE.replace("_plugin", "_local")))
+    s = scenario(tmp_path, "blobs_local", "tiny_local")
+    r = fedsim(tmp_path, None, "compare", str(s), "--algorithms", "fedavg,fednova", "--jobs", "2", "--out", "cmp",
+               "--quiet", "--plugin", "my_pieces")
+    assert r.returncode == 0, r.stderr
+    assert "2 run, 0 already done, 0 failed" in r.stdout
+    assert not list(tmp_path.glob("PLANTED_*"))
+
+
+def test_a_plugin_package_in_the_current_folder_and_its_submodule(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "pieces.py").write_text(textwrap.dedent(PACKAGE.replace("_plugin", "_pkg")))
+    s = scenario(tmp_path, "blobs_pkg", "tiny_pkg")
+    r = fedsim(tmp_path, None, "validate", str(s), "--plugin", "mypkg.pieces")
+    assert r.returncode == 0, r.stderr
+
+
+def test_loading_a_plugin_leaves_the_import_path_alone(tmp_path, monkeypatch):
+    import fedsim.plugins as plugins
+    from fedsim import registries
+
+    (tmp_path / "path_probe_plugin.py").write_text("import fedsim\nfedsim.register_algorithm('path_probe', {})\n")
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    try:
+        plugins.load_modules(["path_probe_plugin"])
+        assert sys.path == before
+        assert registries.ALGORITHMS.registrant("path_probe") == "plugin module path_probe_plugin"
+    finally:
+        registries.ALGORITHMS.unregister("path_probe")
+        sys.modules.pop("path_probe_plugin", None)
+        plugins._loaded.discard("plugin path_probe_plugin")

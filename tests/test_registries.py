@@ -11,7 +11,7 @@ import yaml
 
 from fedsim import registries
 from fedsim.cli import main
-from fedsim.registry import Registry, RegistryError
+from fedsim.named_pieces import Registry, RegistryError
 from fedsim.scenario import ScenarioError, dump_scenario, parse_scenario
 
 BUILTIN_MODELS = ("cnn", "logreg", "mlp", "resnet18_gn", "vgg11")
@@ -55,7 +55,8 @@ def test_unknown_names_are_one_line_listing_the_known_ones(path, value, message)
 def test_a_registry_refuses_a_second_registration_and_bad_names():
     r = Registry("widget", "widget.name")
     r.register("a", len)
-    with pytest.raises(RegistryError, match="^widget 'a' is already registered$"):
+    with pytest.raises(RegistryError, match=r"^widget 'a' is already registered by module test_registries, not again "
+                                            r"by module test_registries \(replace=True replaces it\)$"):
         r.register("a", len)
     r.register("a", abs, replace=True)
     assert r.get("a") is abs

@@ -53,7 +53,7 @@ def test_symlink_and_shared_folder_rules_match_the_code():
         assert not parquet.PART_NAME.fullmatch(stranger) and f"`{stranger}`" in text
     assert not parquet.PART_NAME.fullmatch("part-0000.parquet")
     assert "(`part-NNNNN.parquet`, five or more digits)" in text
-    assert parquet._TMP_NAME.fullmatch(".part-abc_12.tmp") and "(`.part-*.tmp`)" in text
+    assert parquet.TMP_NAME.fullmatch(".part-abc_12.tmp") and "(`.part-*.tmp`)" in text
     assert threads.SLOTS.name.startswith("fedsim-cores-") and "`<tempdir>/fedsim-cores-<uid>`" in text
     src = inspect.getsource(threads)
     assert "os.mkdir(folder, 0o700)" in src and "mode `0o700`" in text
@@ -63,3 +63,21 @@ def test_symlink_and_shared_folder_rules_match_the_code():
     assert "`turns`" in text and "`unused`" in text and "`bypassed: <why>`" in text
     assert population.MAX_DAYS == int(limits.MAX_SECONDS // 86400) and "`MAX_SECONDS` / 86400" in text
     assert "mode `0o666` less the umask" in text and "0o666" in inspect.getsource(__import__("fedsim.devices.traceio", fromlist=["x"]))
+
+
+def test_the_import_path_rule_matches_the_code():
+    """The Plug-ins section's import-path rule (issue 28 item 2) against fedsim.plugins and __main__."""
+    import inspect
+
+    import fedsim.plugins as plugins
+
+    text = " ".join(DOC.read_text().split())
+    assert "`./NAME.py` or `./NAME/__init__.py` only" in text and "never added to `sys.path`" in text
+    src = inspect.getsource(plugins)
+    assert 'here / f"{top}.py"' in src and 'here / top / "__init__.py"' in src and "spec_from_file_location" in src
+    assert "sys.path.insert" not in src and "sys.path.append" not in src
+    main = (DOC.parents[1] / "fedsim" / "__main__.py").read_text()
+    assert "del sys.path[0]" in main and "`python -m fedsim` removes the one Python puts first there" in text
+    assert "`distribution D V (entry point E)`, `plugin module M`" in text
+    assert 'f"distribution {dist.name} {dist.version} (entry point {ep.name})"' in src
+    assert 'f"plugin module {name}"' in src

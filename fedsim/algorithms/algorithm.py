@@ -53,6 +53,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..errors import ScenarioError
+from ..factory_options import failure
 from . import transforms as T
 from .lr import StepLrs
 from .spec import PART_KINDS, AlgoSpec, part
@@ -80,6 +82,26 @@ class Parts:
         return cls(*(part(kind, getattr(spec, kind)) for kind in PART_KINDS))
 
 
+def _built(spec: AlgoSpec, kind: str, what: str, build: Callable[[AlgoSpec], Any], ok: Callable[[Any], bool],
+           expected: str) -> Any:
+    """``build(spec)`` of the part ``spec`` names as ``kind``; a builder that raises or returns
+    something else than ``expected`` is one line naming the part (ScenarioError, exit 2)."""
+    name = f"algorithm.{kind}: {getattr(spec, kind)!r}"
+    try:
+        out = build(spec)
+    except ScenarioError:
+        raise
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - a part's builder failing is one line naming it
+        raise ScenarioError(f"{name}: {what} raised {failure(err)}") from None
+    if not ok(out):
+        raise ScenarioError(f"{name}: {what} returned {type(out).__name__}, not {expected}")
+    return out
+
+
+def _transforms(out: Any) -> bool:
+    return isinstance(out, (list, tuple)) and all(isinstance(t, T.Transform) for t in out)
+
+
 def local_pieces(spec: AlgoSpec, parts: Parts) -> tuple[T.Transform, ...]:
     """The local solver's pieces, in order: clip -> weight decay -> the correction's ``before``
     pieces -> the solver's -> the correction's ``after`` pieces."""
@@ -89,15 +111,17 @@ def local_pieces(spec: AlgoSpec, parts: Parts) -> tuple[T.Transform, ...]:
         p.append(T.clip_by_client_norm(spec.clip_norm))
     if spec.weight_decay:
         p.append(T.add_weight_decay(spec.weight_decay))
-    p.extend(corr.before(spec))
-    p.extend(parts.solver.build(spec))
-    p.extend(corr.after(spec))
+    seq = "a list of Transforms"
+    p.extend(_built(spec, "correction", "before(spec)", corr.before, _transforms, seq))
+    p.extend(_built(spec, "solver", "build(spec)", parts.solver.build, _transforms, seq))
+    p.extend(_built(spec, "correction", "after(spec)", corr.after, _transforms, seq))
     return tuple(p)
 
 
 def server_chain(spec: AlgoSpec, parts: Parts) -> T.Transform:
     """The server optimizer on the pseudo-gradient d; its output is added to x."""
-    return parts.server_opt.build(spec)
+    return _built(spec, "server_opt", "build(spec)", parts.server_opt.build, lambda t: isinstance(t, T.Transform),
+                  "a Transform")
 
 
 def masked(mask: torch.Tensor, new: Tensors, old: Tensors) -> Tensors:
@@ -116,15 +140,20 @@ class Algorithm:
     shadow: T.Transform
     server: T.Transform
     aggregate: Callable[[RoundUpdate], Tensors]
-    staleness: Callable[[float], float]  # w(s), the asynchronous staleness weight
+    staleness: Callable[[float], float] | None  # w(s) of an asynchronous spec (None for a synchronous one)
 
     @classmethod
     def build(cls, spec: AlgoSpec) -> "Algorithm":
-        """Look every part of ``spec`` up (once) and build its chains."""
+        """Look every part of ``spec`` up (once) and build its chains; a builder that raises or
+        returns the wrong kind of value is one line naming the part (exit 2)."""
         parts = Parts.of(spec)
         pieces = local_pieces(spec, parts)
-        return cls(spec, parts, pieces, T.chain(*pieces), T.shadow(*pieces), server_chain(spec, parts),
-                   parts.aggregation.build(spec), parts.staleness.build(spec))
+        aggregate = _built(spec, "aggregation", "build(spec)", parts.aggregation.build, callable, "a function")
+        staleness = None
+        if spec.asynchronous is not None:
+            staleness = _built(spec, "staleness", "build(spec)", parts.staleness.build, callable, "a function")
+        return cls(spec, parts, pieces, T.chain(*pieces), T.shadow(*pieces), server_chain(spec, parts), aggregate,
+                   staleness)
 
     @property
     def adaptive(self) -> bool:
@@ -145,16 +174,16 @@ class Algorithm:
         """Run each local piece and the server optimizer once on ``params``'s shapes (one client
         stacked) and check their state keeps its keys, shapes and dtypes
         (:func:`~fedsim.algorithms.transforms.check_transform`): a one-line StateError naming the
-        piece otherwise. Torch's random state is not touched."""
+        piece otherwise, also when the piece raises. Torch's random state is not touched."""
         stacked = {k: v.unsqueeze(0).clone() for k, v in params.items()}
         zeros = {k: torch.zeros_like(v) for k, v in stacked.items()}
         ctx = T.Context(stacked, zeros, zeros, zeros)
         for i, piece in enumerate(self.pieces):
-            T.check_transform(piece, stacked, ctx, what=f"algorithm: local piece {i + 1} ({piece.name or 'transform'})")
+            _checked(piece, stacked, ctx, f"algorithm: local piece {i + 1} ({piece.name or 'transform'})")
         one = torch.ones(1, dtype=torch.float64)
         upd = RoundUpdate(clients=(0,), deltas=zeros, weights=one, a_norm=one, steps=one, lr=self.spec.lr, num_clients=1)
-        T.check_transform(self.server, params, T.Context(params, update=upd),
-                          what=f"algorithm.server_opt: {self.spec.server_opt} ({self.server.name or 'transform'})")
+        _checked(self.server, params, T.Context(params, update=upd),
+                 f"algorithm.server_opt: {self.spec.server_opt} ({self.server.name or 'transform'})")
 
     # -- clients ---------------------------------------------------------------------------------
     def client_init(self, params: Tensors, vhat0: Tensors | None = None) -> Tensors:
@@ -275,6 +304,15 @@ class Algorithm:
         if spec.share_vhat and upd.vhat is not None:
             new = replace(new, vhat=shared_vhat(upd))
         return new_params, new
+
+
+def _checked(piece: T.Transform, params: Tensors, ctx: T.Context, what: str) -> None:
+    try:
+        T.check_transform(piece, params, ctx, what=what)
+    except ScenarioError:
+        raise
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - a piece failing on its first step is one line naming it
+        raise T.StateError(f"{what}: raised {failure(err)} on one step") from None
 
 
 def algorithm(spec: AlgoSpec) -> Algorithm:

@@ -44,6 +44,7 @@ import torch
 
 from .aggregate import weighted_sum
 from .algorithm import Algorithm
+from .parts import Staleness
 from .transforms import bcast
 
 Tensors = dict[str, torch.Tensor]
@@ -52,29 +53,6 @@ __all__ = [
     "Staleness", "FedBuff", "FedAsync", "async_rule", "staleness_weight", "Arrivals", "NormState",
     "async_coefficients", "async_apply",
 ]
-
-
-@dataclass(frozen=True)
-class Staleness:
-    """w(s): ``constant`` 1; ``polynomial`` (1 + s)^-exponent; ``hinge`` 1 if s <= b else 1 / (a (s - b) + 1)."""
-
-    kind: str = "polynomial"
-    exponent: float = 0.5
-    hinge_a: float = 10.0
-    hinge_b: float = 4.0
-
-    def __call__(self, s: int | float) -> float:
-        s = float(s)
-        if s < 0:
-            raise ValueError(f"staleness must be >= 0, got {s}")
-        if self.kind == "constant":
-            return 1.0
-        if self.kind == "polynomial":
-            return (1.0 + s) ** (-self.exponent)
-        if self.kind == "hinge":
-            b = self.hinge_b
-            return 1.0 if s <= b else 1.0 / (self.hinge_a * (s - b) + 1.0)
-        raise ValueError(f"unknown staleness function {self.kind!r}")
 
 
 @dataclass(frozen=True)

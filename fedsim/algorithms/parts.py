@@ -23,14 +23,14 @@ contract of each part with runnable examples; docs/algorithms.md the built-ins' 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Sequence
 
 __all__ = [
     "Solver", "Correction", "Aggregation", "ServerOpt", "StalenessRule",
     "SGD", "ADAM", "AMSGRAD", "NONE", "SCAFFOLD", "VRLSGD", "NOVA_VR", "FEDCM", "LADA",
     "AVG", "NOVA", "SERVER_SGD", "SERVER_MOMENTUM", "SERVER_ADAM", "SERVER_YOGI", "SERVER_ADAGRAD",
-    "CONSTANT", "POLYNOMIAL", "HINGE",
+    "CONSTANT", "POLYNOMIAL", "HINGE", "Staleness", "KINDS", "check_part",
 ]
 
 
@@ -120,6 +120,40 @@ class StalenessRule:
     """``build(spec) -> w``, ``w(s: float) -> float``: the weight of an update of staleness s >= 0."""
 
     build: Callable[[Any], Callable[[float], float]]
+
+
+#: Each kind of part (a scenario key, :data:`fedsim.algorithms.spec.PART_KINDS`) and its class.
+KINDS = {"solver": Solver, "correction": Correction, "aggregation": Aggregation, "server_opt": ServerOpt,
+         "staleness": StalenessRule}
+
+_NEEDS = (None, "linear", "adaptive")
+
+
+def check_part(kind: str, part: Any) -> None:
+    """Raise ``ValueError`` (one line) unless ``part`` is a part of ``kind``: an instance of its class
+    (:data:`KINDS`) whose functions are callable (optional ones None or callable), whose flags are
+    ``True`` / ``False`` and whose ``needs`` is ``linear``, ``adaptive`` or None. What it builds is
+    checked when a run is built (``Algorithm.check``)."""
+    cls = KINDS[kind]
+    if not isinstance(part, cls):
+        raise ValueError(f"expected a fedsim.algorithms.parts.{cls.__name__}, got {type(part).__name__}")
+    for f in fields(cls):
+        value = getattr(part, f.name)
+        if f.type.startswith("Callable") and not f.type.endswith("| None"):
+            if not callable(value):
+                raise ValueError(f"{cls.__name__}.{f.name} must be callable, got {type(value).__name__}")
+        elif f.type.startswith("Callable"):
+            if value is not None and not callable(value):
+                raise ValueError(f"{cls.__name__}.{f.name} must be None or callable, got {type(value).__name__}")
+        elif f.type == "bool":
+            if not isinstance(value, bool):
+                raise ValueError(f"{cls.__name__}.{f.name} must be True or False, got {type(value).__name__}")
+    if kind == "correction":
+        if part.needs not in _NEEDS:
+            raise ValueError(f"Correction.needs must be 'linear', 'adaptive' or None, got {str(part.needs)[:40]!r}")
+        if part.needs_aggregation is not None and not isinstance(part.needs_aggregation, str):
+            raise ValueError(f"Correction.needs_aggregation must be an aggregation's name or None, "
+                             f"got {type(part.needs_aggregation).__name__}")
 
 
 # --------------------------------------------------------------------------------- solvers
@@ -253,10 +287,31 @@ SERVER_ADAGRAD = ServerOpt(_server_adaptive("adagrad"), adaptive=True)
 
 
 # --------------------------------------------------------------------------------- staleness
+@dataclass(frozen=True)
+class Staleness:
+    """w(s): ``constant`` 1; ``polynomial`` (1 + s)^-exponent; ``hinge`` 1 if s <= b else 1 / (a (s - b) + 1)."""
+
+    kind: str = "polynomial"
+    exponent: float = 0.5
+    hinge_a: float = 10.0
+    hinge_b: float = 4.0
+
+    def __call__(self, s: int | float) -> float:
+        s = float(s)
+        if s < 0:
+            raise ValueError(f"staleness must be >= 0, got {s}")
+        if self.kind == "constant":
+            return 1.0
+        if self.kind == "polynomial":
+            return (1.0 + s) ** (-self.exponent)
+        if self.kind == "hinge":
+            b = self.hinge_b
+            return 1.0 if s <= b else 1.0 / (self.hinge_a * (s - b) + 1.0)
+        raise ValueError(f"unknown staleness function {self.kind!r}")
+
+
 def _staleness(kind: str):
     def build(spec):
-        from .asynchronous import Staleness
-
         return Staleness(kind, spec.staleness_exponent, spec.hinge_a, spec.hinge_b)
 
     return build

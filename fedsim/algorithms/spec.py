@@ -7,7 +7,7 @@ and drops ``share_vhat``; ``server_momentum`` on a plain-SGD server turns it int
 ``amend`` on an algorithm without a correction adds the amended direction). A combination that
 makes no sense raises :class:`SpecError` naming the key the user set (``algorithm.x: ...``),
 which the scenario loader turns into exit status 2. A name no registry knows is the registry's own
-one-line error (:meth:`fedsim.registry.Registry.get`).
+one-line error (:meth:`fedsim.named_pieces.Registry.get`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import ScenarioError
 from .lr import round_lr
+from .parts import KINDS
 from .presets import BASE
 
 __all__ = ["AlgoSpec", "resolve", "SpecError", "CONTROL_VARIATES", "GLOBAL_DIRECTION", "OVERRIDABLE", "PART_KINDS",
@@ -27,8 +28,9 @@ CONTROL_VARIATES = ("scaffold", "vrlsgd", "nova_vr")
 GLOBAL_DIRECTION = ("fedcm", "lada")
 
 #: The kinds of algorithm part: each an AlgoSpec field naming a part, and the key of its registry in
-#: :data:`fedsim.registries.ALL`.
-PART_KINDS = ("solver", "correction", "aggregation", "server_opt", "staleness")
+#: :data:`fedsim.registries.ALL` (``solver``, ``correction``, ``aggregation``, ``server_opt``,
+#: ``staleness``: :data:`fedsim.algorithms.parts.KINDS`).
+PART_KINDS = tuple(KINDS)
 
 
 def part(kind: str, name: str):

@@ -20,7 +20,7 @@ from ..clock import model as cm
 from ..clock.availability import AvailabilityModel, ToggleArrays
 from ..clock.keyed import keyed_exponential, keyed_uniform
 from ..limits import MAX_SECONDS, MIN_DIURNAL_LEVEL, MIN_DIURNAL_PERIOD
-from ..scenario.base import _FieldError
+from ..scenario.base import FieldError
 from ..scenario.distributions import Uniform
 from .section import AvailabilitySection
 
@@ -67,26 +67,26 @@ class DiurnalAvailability(AvailabilitySection):
 
     def check_clients(self, m: int) -> None:
         if isinstance(self.phase, tuple) and len(self.phase) != m:
-            raise _FieldError("system.availability.phase", f"needs one phase per client ({m})")
+            raise FieldError("system.availability.phase", f"needs one phase per client ({m})")
 
     @model_validator(mode="after")
     def _levels(self):
         if self.trough > self.peak:
-            raise _FieldError("system.availability.trough", "must be <= peak")
+            raise FieldError("system.availability.trough", "must be <= peak")
         if self.peak == 0:
-            raise _FieldError("system.availability.peak", "must be > 0 (else no client is ever online)")
+            raise FieldError("system.availability.peak", "must be > 0 (else no client is ever online)")
         # Bounds that keep the thinning of diurnal toggles finite (fedsim.limits).
         # trough == 1 (so peak == 1) is "always online" and draws no toggle.
         if self.peak < MIN_DIURNAL_LEVEL:
-            raise _FieldError("system.availability.peak", f"must be >= {MIN_DIURNAL_LEVEL:g}")
+            raise FieldError("system.availability.peak", f"must be >= {MIN_DIURNAL_LEVEL:g}")
         if self.trough != 1 and 1 - self.trough < MIN_DIURNAL_LEVEL:
-            raise _FieldError("system.availability.trough", f"must be 1 or at most {1 - MIN_DIURNAL_LEVEL:g}")
+            raise FieldError("system.availability.trough", f"must be 1 or at most {1 - MIN_DIURNAL_LEVEL:g}")
         if self.period < MIN_DIURNAL_PERIOD:
-            raise _FieldError("system.availability.period", f"must be >= {MIN_DIURNAL_PERIOD:g} s")
+            raise FieldError("system.availability.period", f"must be >= {MIN_DIURNAL_PERIOD:g} s")
         ph = self.phase
         values = [ph.low, ph.high] if isinstance(ph, Uniform) else list(ph) if isinstance(ph, tuple) else [ph]
         if any(not abs(x) <= MAX_SECONDS for x in values):
-            raise _FieldError("system.availability.phase", f"must lie in [-{MAX_SECONDS:g}, {MAX_SECONDS:g}] s")
+            raise FieldError("system.availability.phase", f"must lie in [-{MAX_SECONDS:g}, {MAX_SECONDS:g}] s")
         return self
 
 

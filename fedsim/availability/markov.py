@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from ..clock.availability import AvailabilityModel, ToggleArrays
 from ..clock.keyed import keyed_exponential, keyed_uniform
 from ..limits import MAX_SECONDS
-from ..scenario.base import _FieldError
+from ..scenario.base import FieldError
 from .section import AvailabilitySection
 
 __all__ = ["Markov", "MarkovAvailability", "MarkovTimeline", "MarkovStates"]
@@ -52,7 +52,7 @@ class MarkovAvailability(AvailabilitySection):
     def _bounded(self):
         for key in ("mean_online", "mean_offline"):
             if getattr(self, key) > MAX_SECONDS:
-                raise _FieldError(f"system.availability.{key}", f"must be <= {MAX_SECONDS:g}")
+                raise FieldError(f"system.availability.{key}", f"must be <= {MAX_SECONDS:g}")
         return self
 
     def clock_value(self) -> Markov:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from ..clock.availability import AvailabilityModel
-from ..scenario.base import _Frozen
+from ..scenario.base import Section
 
 __all__ = ["AvailabilitySection"]
 
 
-class AvailabilitySection(_Frozen):
+class AvailabilitySection(Section):
     """``system.availability: {model: NAME, key: value, ...}``: subclass it, declare the keys as
     pydantic fields (frozen, unknown keys refused) and return the clock's value from
     :meth:`clock_value`. Errors name their key under ``system.availability``."""

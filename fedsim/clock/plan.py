@@ -160,9 +160,8 @@ def aggregation_weights(status: np.ndarray, steps: np.ndarray, raw: np.ndarray) 
     ``status`` holds codes into :data:`STATUSES`. The clock's raw sampling weights (``Job.weight``)
     of the selected clients (rows not ``offline``) that did not report are redistributed over the
     rows that did (``completed`` with steps > 0), in proportion to their raw weights:
-    ``w_i = raw_i * S_selected / S_done``. The same arithmetic as
-    :func:`fedsim.engine.run.round_weights` (sums left to right in row order), so a clock-only run's
-    ``weight`` column is bit for bit a trained run's.
+    ``w_i = raw_i * S_selected / S_done`` (sums left to right in row order). The engine aggregates
+    with these weights, so a clock-only run's ``weight`` column is bit for bit a trained run's.
     """
     status, steps, raw = np.asarray(status), np.asarray(steps), np.asarray(raw, dtype=np.float64)
     selected = status != STATUSES.index("offline")

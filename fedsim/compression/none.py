@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..scenario.base import _FieldError
+from ..scenario.base import FieldError
 from .base import Compressor
 from .section import DOWNLINK, UPLINK, CompressionSection
 
@@ -47,5 +47,5 @@ def check_with_payload(algorithm, payload_bytes) -> None:
         return
     for path, section in ((UPLINK, algorithm.compression), (DOWNLINK, algorithm.downlink_compression)):
         if section is not None and not isinstance(section.compressor(), Identity):
-            raise _FieldError("system.payload_bytes", f"not with {path} {section.name!r}: a compressor declares "
+            raise FieldError("system.payload_bytes", f"not with {path} {section.name!r}: a compressor declares "
                               "its bytes from the model's parameter count (docs/compression.md)")

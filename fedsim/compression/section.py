@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..scenario.base import _FieldError, _Frozen, registered
+from ..scenario.base import FieldError, Section, registered
 from .base import Compression, Compressor
 
 __all__ = ["CompressionSection", "compression_value", "check_payload", "UPLINK", "DOWNLINK"]
@@ -26,7 +26,7 @@ DOWNLINK = "algorithm.downlink_compression"
 PROBE_SIZES = tuple((n, b) for n in (1, 7, 1000, 123_457, 10**8, 2**31 + 1) for b in (2, 4, 8))
 
 
-class CompressionSection(_Frozen):
+class CompressionSection(Section):
     """``algorithm.compression: {name: NAME, key: value, ..., error_feedback: false}``: subclass
     it, declare the compressor's keys as pydantic fields (frozen, unknown keys refused) and
     return the compressor from :meth:`compressor`. Errors name their key under the link's path."""
@@ -57,19 +57,19 @@ def compression_value(v: Any, path: str = UPLINK) -> CompressionSection | None:
         if isinstance(v, str):
             v = {"name": v}
         if not isinstance(v, dict):
-            raise _FieldError(path, "give {name: NAME, ...} (a registered compressor), a compressor's name, or null")
+            raise FieldError(path, "give {name: NAME, ...} (a registered compressor), a compressor's name, or null")
         name = v.get("name")
         if not isinstance(name, str):
             known = ", ".join(COMPRESSORS.names())
-            raise _FieldError(f"{path}.name", f"missing (which compressor? {known})" if name is None
+            raise FieldError(f"{path}.name", f"missing (which compressor? {known})" if name is None
                               else f"must be a compressor's name ({known})")
         try:
             registered(COMPRESSORS, name)
-        except _FieldError as err:
-            raise _FieldError(f"{path}.name", err.msg) from None
+        except FieldError as err:
+            raise FieldError(f"{path}.name", err.msg) from None
         cls = COMPRESSORS.get(name)
         if not (isinstance(cls, type) and issubclass(cls, CompressionSection)):
-            raise _FieldError(f"{path}.name", f"{name!r} is registered as {cls!r}, not a subclass of "
+            raise FieldError(f"{path}.name", f"{name!r} is registered as {cls!r}, not a subclass of "
                               "fedsim.compression.CompressionSection")
         try:
             section = cls.model_validate(v)
@@ -78,15 +78,15 @@ def compression_value(v: Any, path: str = UPLINK) -> CompressionSection | None:
     if section is None:
         return None
     if path == DOWNLINK and section.error_feedback:
-        raise _FieldError(f"{path}.error_feedback", "not on the downlink (the broadcast model is compressed "
+        raise FieldError(f"{path}.error_feedback", "not on the downlink (the broadcast model is compressed "
                           "afresh each time; docs/compression.md)")
     try:
         comp = section.compressor()
     except Exception as err:  # noqa: BLE001 -- a user's section: one line naming it
-        raise _FieldError(path, f"compressor {section.name!r}: compressor() failed: "
+        raise FieldError(path, f"compressor {section.name!r}: compressor() failed: "
                           f"{type(err).__name__}: {err}".rstrip(": ")) from None
     if not isinstance(comp, Compressor):
-        raise _FieldError(path, f"compressor {section.name!r}: compressor() returned {type(comp).__name__}, "
+        raise FieldError(path, f"compressor {section.name!r}: compressor() returned {type(comp).__name__}, "
                           "not a fedsim.compression.Compressor")
     for n, b in PROBE_SIZES:
         check_payload(comp, n, b, path, section.name)
@@ -94,19 +94,19 @@ def compression_value(v: Any, path: str = UPLINK) -> CompressionSection | None:
 
 
 def check_payload(comp: Compressor, n: int, dtype_bytes: int, path: str, name: str) -> float:
-    """``comp.payload_bytes(n, dtype_bytes)`` as a float, or a one-line :class:`_FieldError`
+    """``comp.payload_bytes(n, dtype_bytes)`` as a float, or a one-line :class:`FieldError`
     at ``path`` when it fails or is not a finite number >= 0."""
     try:
         b = comp.payload_bytes(n, dtype_bytes)
     except Exception as err:  # noqa: BLE001 -- a user's compressor: one line naming it
-        raise _FieldError(path, f"compressor {name!r}: payload_bytes({n}, {dtype_bytes}) failed: "
+        raise FieldError(path, f"compressor {name!r}: payload_bytes({n}, {dtype_bytes}) failed: "
                           f"{type(err).__name__}: {err}".rstrip(": ")) from None
     try:  # a Python or numpy number; not a bool, a string or a tensor
         value = float(b) if isinstance(b, numbers.Real) and not isinstance(b, bool) else math.nan
     except OverflowError:
         value = math.inf
     if not math.isfinite(value) or value < 0:
-        raise _FieldError(path, f"compressor {name!r}: payload_bytes({n}, {dtype_bytes}) = {_short(b)}; "
+        raise FieldError(path, f"compressor {name!r}: payload_bytes({n}, {dtype_bytes}) = {_short(b)}; "
                           "must be a finite number of bytes >= 0")
     return value
 

@@ -74,7 +74,7 @@ def global_objective(work: Workload, params: Tensors) -> float:
 
 
 def _objective_by_client(work: Workload, params: Tensors) -> float:
-    held = dict(work._held())
+    held = dict(work.held_clients())
     clients = sorted(held) if work.eval_clients is None else [int(c) for c in work.eval_clients]
     total = p_sum = 0.0
     dev = work.x_train.device

@@ -43,7 +43,7 @@ def _shape(t) -> str:
 
 
 def _first_batch(work: Workload, batch_size: int) -> tuple[int, torch.Tensor, torch.Tensor]:
-    held = work._held()
+    held = work.held_clients()
     client, rows = held[0]
     pick = torch.as_tensor(np.asarray(rows[: max(1, min(batch_size, len(rows)))]), device=work.x_train.device)
     return client, work.x_train[pick], work.y_train[pick]

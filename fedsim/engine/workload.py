@@ -99,17 +99,31 @@ def dataset_for(sc):
     :class:`~fedsim.data.Dataset`, a :class:`~fedsim.data.SyntheticPopulation` that generates
     clients when asked (its ``client_sizes`` draw no features), or a
     :class:`~fedsim.data.FederatedData`. Infeasible data settings raise ScenarioError naming the
-    key (exit 2)."""
+    key (exit 2); so does a factory fedsim did not register that raises, or one that returns
+    anything else (one line naming the dataset and its registrant)."""
+    from ..data import Dataset, FederatedData, SyntheticPopulation
     from ..errors import ScenarioError
+    from ..factory_options import failure
+    from ..named_pieces import BUILTIN
     from ..registries import DATASETS
 
-    factory = DATASETS.get(sc.data.name)
+    name = sc.data.name
+    factory = DATASETS.get(name)
+    who = DATASETS.registrant(name)
     try:
-        return factory(sc.data, sc.data_seed)
+        data = factory(sc.data, sc.data_seed)
     except ScenarioError:
         raise
     except ValueError as err:
         raise ScenarioError(f"{_data_error_path(str(err))}: {err}") from None
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - a plug-in's factory failing is one line naming it
+        if who == BUILTIN:
+            raise
+        raise ScenarioError(f"data.name: dataset {name!r} (registered by {who}) raised {failure(err)}") from None
+    if not isinstance(data, (Dataset, SyntheticPopulation, FederatedData, QuadraticProblem)):
+        raise ScenarioError(f"data.name: dataset {name!r} (registered by {who}) returned {type(data).__name__}, "
+                            "not a fedsim.data.FederatedData (or Dataset)")
+    return data
 
 
 def client_sizes(sc) -> np.ndarray:

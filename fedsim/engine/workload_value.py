@@ -87,7 +87,9 @@ class Workload:
         """Shape of one example, e.g. ``(60,)`` or ``(3, 32, 32)``."""
         return tuple(int(d) for d in self.x_train.shape[1:])
 
-    def _held(self) -> list[tuple[int, np.ndarray]]:
+    def held_clients(self) -> list[tuple[int, np.ndarray]]:
+        """``(client, its rows of x_train)`` for every client whose training data this workload
+        holds (all clients, or the held subset when clients are generated on demand)."""
         ci = self.client_indices
         return list(ci.items()) if isinstance(ci, Mapping) else list(enumerate(ci))
 
@@ -104,7 +106,7 @@ class Workload:
         """Per training sample p_i / n_i (over the evaluation sample, divided by its total p when it
         is not every client): the objective is sum_s w_s loss_s (built once)."""
         w = np.zeros(self.x_train.shape[0], dtype=np.float64)
-        held = self._held()
+        held = self.held_clients()
         if self.eval_clients is not None:
             keep = set(self.eval_clients.tolist())
             held = [(c, ix) for c, ix in held if c in keep]
@@ -120,7 +122,7 @@ class Workload:
         does not depend on which clients are held; the rows are the same values either way."""
         if self.fetch is None:
             return self
-        held = dict(self._held())
+        held = dict(self.held_clients())
         have = [c for c in clients if c in held]
         missing = [c for c in clients if c not in held]
         xs, ys, idx, start = [], [], {}, 0
@@ -165,23 +167,44 @@ def eval_sample(num_clients: int, clients: int | None, seed: int) -> np.ndarray 
 def make_model(sc, input_shape: tuple[int, ...], num_classes: int | None, model=None) -> torch.nn.Module:
     """The run's freshly initialized model: ``model`` (a factory ``(input_shape, num_classes,
     **options)``, or a module, deep-copied) when given from Python, else the factory registered as
-    ``model.name``; either gets ``model.options`` (an option the factory does not take: one line)."""
+    ``model.name``; either gets ``model.options`` (an option the factory does not take: one line).
+    A factory that returns anything but an ``nn.Module``, or one fedsim did not register that
+    raises, is one line naming it (exit 2)."""
     import copy
 
     from ..errors import ScenarioError
+    from ..factory_options import failure
     from ..models import build_model, call_factory
+    from ..named_pieces import BUILTIN
+    from ..registries import MODELS
 
     if model is None:
-        return build_model(sc.model_name, input_shape, num_classes, **{"hidden": sc.model.hidden, **sc.model.options})
-    if isinstance(model, torch.nn.Module):
+        name = sc.model_name
+        what, path, who = f"model {name!r} (registered by {MODELS.registrant(name)})", "model.name", MODELS.registrant(name)
+
+        def build():
+            return build_model(name, input_shape, num_classes, **{"hidden": sc.model.hidden, **sc.model.options})
+    elif isinstance(model, torch.nn.Module):
         return copy.deepcopy(model)
-    if not callable(model):
+    elif not callable(model):
         raise ScenarioError(f"model: expected an nn.Module or a factory (input_shape, num_classes) -> nn.Module, "
                             f"got {type(model).__name__}")
-    module = call_factory(model, (tuple(input_shape), num_classes), dict(sc.model.options), "the model factory",
-                          "model.options")
+    else:
+        what, path, who = "the model factory", "model", None
+
+        def build():
+            return call_factory(model, (tuple(input_shape), num_classes), dict(sc.model.options), "the model factory",
+                                "model.options")
+    try:
+        module = build()
+    except ScenarioError:
+        raise
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - a user's factory failing is one line naming it
+        if who == BUILTIN:
+            raise
+        raise ScenarioError(f"{path}: {what} raised {failure(err)}") from None
     if not isinstance(module, torch.nn.Module):
-        raise ScenarioError(f"model: the model factory returned {type(module).__name__}, not a torch.nn.Module")
+        raise ScenarioError(f"{path}: {what} returned {type(module).__name__}, not a torch.nn.Module")
     return module
 
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from typing import Any
 
-from fedsim.registry import call_factory, takes_option
+from fedsim.factory_options import call_factory, takes_option
 from fedsim.models import resnet as _resnet
 from fedsim.models import vgg as _vgg
 

@@ -39,14 +39,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ParquetTableWriter", "read_table", "has_table", "cut_parts", "table_path", "part_columns", "part_rows",
-    "COLUMN_TYPES", "PART_NAME", "TableError", "part_files", "check_part_files",
+    "COLUMN_TYPES", "PART_NAME", "TMP_NAME", "TableError", "part_files", "check_part_files", "open_part",
 ]
 
 #: The name of a part file: ``part-`` and its number (at least five digits), ``.parquet``.
 #: Only entries with such a name are parts; anything else in a table folder is left alone.
 PART_NAME = re.compile(r"part-([0-9]{5,9})\.parquet")
 #: fedsim's temporary part files (a part being written; deleted by :func:`cut_parts`).
-_TMP_NAME = re.compile(r"\.part-[A-Za-z0-9_]+\.tmp")
+TMP_NAME = re.compile(r"\.part-[A-Za-z0-9_]+\.tmp")
 
 
 class TableError(ScenarioError):
@@ -99,7 +99,7 @@ def check_part_files(path: str | Path, dense: bool = True) -> list[Path]:
     return parts
 
 
-def _open_part(p: Path):
+def open_part(p: Path):
     """The ``pyarrow.parquet.ParquetFile`` of part ``p``, its footer checked (readable, at most
     :data:`MAX_PART_ROWS` rows); else :class:`TableError` naming the part."""
     import pyarrow.parquet as pq
@@ -117,12 +117,12 @@ def _open_part(p: Path):
 def part_columns(path: str | Path) -> list[str] | None:
     """The column names of a table folder (its first part's schema; None when it has no part)."""
     parts = check_part_files(path)
-    return _open_part(parts[0]).schema_arrow.names if parts else None
+    return open_part(parts[0]).schema_arrow.names if parts else None
 
 
 def part_rows(path: str | Path) -> list[int]:
     """The row count of each part of a table folder, in order (from the parts' footers)."""
-    return [_open_part(p).metadata.num_rows for p in check_part_files(path)]
+    return [open_part(p).metadata.num_rows for p in check_part_files(path)]
 
 
 def _array(values: Any, type_):
@@ -231,7 +231,7 @@ class ParquetTableWriter:
 
         table = pa.concat_tables(self._batches)
         final = self.path / f"part-{self._count:05d}.parquet"
-        # a new hidden .part-*.tmp (_TMP_NAME), mode 0o600 as tempfile.mkstemp made them
+        # a new hidden .part-*.tmp (TMP_NAME), mode 0o600 as tempfile.mkstemp made them
         with AtomicFile(final, self.path / f".part-{secrets.token_hex(4)}.tmp", exclusive=True, perm=0o600) as f:
             pq.write_table(table, f)
         self._count += 1
@@ -239,7 +239,7 @@ class ParquetTableWriter:
 
 
 def _read_part(p: Path):
-    f = _open_part(p)
+    f = open_part(p)
     try:
         table = f.read()
     except Exception as err:  # noqa: BLE001
@@ -257,7 +257,7 @@ def cut_parts(path: str | Path, count: int) -> None:
     for p in _part_files(path)[count:]:
         p.unlink()
     for e in os.listdir(path):
-        if _TMP_NAME.fullmatch(e):
+        if TMP_NAME.fullmatch(e):
             (path / e).unlink()
 
 

@@ -2,7 +2,8 @@
 
 Every ``plot_*`` function takes DataFrames (``load_run`` / ``load_compare`` tables), draws on a new
 figure (or on ``ax``) and returns the figure; :func:`save_figure` writes a PNG of exactly
-``figsize * dpi`` pixels. :func:`plot_dir` is what ``fedsim plot`` runs.
+``figsize * dpi`` pixels. :func:`plot_dir` is what ``fedsim plot`` runs: it draws the tables
+:mod:`.plot_inputs` reads from run folders (this module reads no file).
 
 Seeds are summarized as a mean line with a +-1 standard-deviation band. Against simulated time,
 seeds of a cell may evaluate at different times (e.g. ``wait`` rounds last as long as their
@@ -29,7 +30,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from .parquet import has_table, read_table  # noqa: E402
+from .plot_inputs import cell_runs, collect, target_times  # noqa: E402
 from .summary import time_to_target  # noqa: E402
 
 __all__ = [
@@ -497,55 +498,6 @@ def plot_class_mix(
 
 
 # --------------------------------------------------------------------------- fedsim plot
-def _read_latency(folder: Path) -> float:
-    import yaml
-
-    try:
-        sc = yaml.safe_load((Path(folder) / "scenario.yaml").read_text()) or {}
-        return float((sc.get("system") or {}).get("latency") or 0.0)
-    except (OSError, ValueError, TypeError):
-        return 0.0
-
-
-def _collect(paths: Sequence[str | Path]):
-    """Long rounds table, long time table and per-run records over all ``paths``; labels
-    prefixed when several. The time table holds each run's ``evals.csv`` (its time grid,
-    ``eval.every_seconds``) when it has one, else its rounds (column ``grid`` 1 or 0)."""
-    from .results import find_runs, load_compare
-
-    frames, timed, runs, target = [], [], [], None
-    for p in paths:
-        df = load_compare(p)
-        ev = load_compare(p, "evals")
-        found, _, tgt = find_runs(p)
-        target = target if target is not None else tgt
-        prefix = f"{Path(p).resolve().name}:" if len(paths) > 1 else ""
-        if len(df):
-            df = df.assign(cell=prefix + df["cell"].astype(str))
-            frames.append(df)
-            gridded = set(ev["folder"]) if len(ev) else set()
-            timed.append(df[~df["folder"].isin(gridded)].assign(grid=0))
-            if len(ev):
-                timed.append(ev.assign(cell=prefix + ev["cell"].astype(str), grid=1))
-        for r in found:
-            runs.append({**r, "cell": prefix + str(r["cell"])})
-    rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    timed_df = pd.concat(timed, ignore_index=True) if timed else pd.DataFrame()
-    return rounds, timed_df, runs, target
-
-
-def _times_to_target(timed: pd.DataFrame, target: float) -> pd.DataFrame:
-    """Per (cell, seed): the first time ``test_acc`` reaches ``target``: the first grid time for
-    runs with a time grid, interpolated between evaluations otherwise."""
-    rows = []
-    keys = ["cell", "seed"] if "seed" in timed.columns else ["cell"]
-    for key, g in timed.groupby(keys + ["folder"], sort=False, dropna=False):
-        rows.append({"cell": key[0], "seed": key[1] if len(keys) > 1 else 0,
-                     "time_to_target": time_to_target(g.sort_values("sim_time"), target,
-                                                      interpolate=not bool(g["grid"].iloc[0]))})
-    return pd.DataFrame(rows)
-
-
 def _slug(text: str) -> str:
     import re
 
@@ -569,11 +521,17 @@ def plot_dir(
     (given, or recorded by ``fedsim compare``). For each cell's first seed: ``tau_<cell>``,
     ``timeline_<cell>`` and, when the data is partitioned, ``classes_<cell>`` (written once when
     every cell shares the same partition).
+
+    Raises:
+        FileNotFoundError: no run with a rounds table under ``paths``.
+        ScenarioError: a run's ``scenario.yaml`` holds no readable ``system.latency`` (the client
+            timeline's transfer time; :func:`fedsim.report.plot_inputs.read_latency`).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
     out = Path(out)
-    rounds, timed, runs, recorded = _collect(list(paths))
+    found = collect(list(paths))
+    rounds, timed, runs, recorded = found.rounds, found.timed, found.runs, found.target
     if rounds.empty:
         raise FileNotFoundError(f"no runs with a rounds.csv under {', '.join(map(str, paths))}")
     target = target if target is not None else recorded
@@ -591,33 +549,23 @@ def plot_dir(
         fig.axes[0].set_yscale("log")
         written.append(save_figure(fig, out / "dist_vs_time.png", dpi))
     if has_acc and target is not None:
-        written.append(save_figure(plot_time_to_target(_times_to_target(timed, target), target, colors=colors),
+        written.append(save_figure(plot_time_to_target(target_times(timed, target), target, colors=colors),
                                    out / "time_to_target.png", dpi))
     if not per_cell:
         return written
-    first: dict[str, dict] = {}
-    for r in runs:
-        if r["cell"] not in first and has_table(r["folder"], "clients"):
-            first[r["cell"]] = r
     partitions: list[tuple[str, pd.DataFrame]] = []
-    for cell, r in first.items():
-        folder = Path(r["folder"])
-        try:
-            clients = read_table(folder, "clients")
-            rtab = read_table(folder, "rounds")
-        except pd.errors.EmptyDataError:
-            continue
-        slug = _slug(cell)
+    for run in cell_runs(runs):
+        cell, slug = run.cell, _slug(run.cell)
         written.append(save_figure(
-            plot_tau_heatmap(clients, title=f"Local steps tau_i per client and round: {cell} (seed {r['seed']})"),
+            plot_tau_heatmap(run.clients, title=f"Local steps tau_i per client and round: {cell} (seed {run.seed})"),
             out / f"tau_{slug}.png", dpi))
         written.append(save_figure(
-            plot_client_timeline(clients, rtab, latency=_read_latency(folder), first_rounds=first_rounds,
-                                 title=f"Client timeline, first rounds: {cell} (seed {r['seed']}, "
-                                       f"latency {_read_latency(folder):g}s)"),
+            plot_client_timeline(run.clients, run.rounds, latency=run.latency, first_rounds=first_rounds,
+                                 title=f"Client timeline, first rounds: {cell} (seed {run.seed}, "
+                                       f"latency {run.latency:g}s)"),
             out / f"timeline_{slug}.png", dpi))
-        if (folder / "partition.csv").is_file():
-            partitions.append((cell, pd.read_csv(folder / "partition.csv")))
+        if run.partition is not None:
+            partitions.append((cell, run.partition))
     if partitions:
         same = all(p.equals(partitions[0][1]) for _, p in partitions[1:])
         for cell, part in partitions[:1] if same else partitions:

@@ -31,7 +31,8 @@ import torch
 from .checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, load_checkpoint
 from ..records import ClientRecord, RoundRecord, client_columns, columns
 from ..limits import MAX_SCENARIO_BYTES
-from ..report.parquet import _TMP_NAME, ParquetTableWriter, TableError, _open_part, check_part_files, cut_parts, part_files, part_columns, part_rows
+from ..report.parquet import (TMP_NAME, ParquetTableWriter, TableError, check_part_files, cut_parts, open_part,
+                              part_columns, part_files, part_rows)
 from ..report.tables import TableWriter
 from ..scenario import Scenario, dump_scenario
 from .files import FolderError, safe_component, write_atomic
@@ -99,7 +100,7 @@ def check_entries(out: Path, flag: str = "--out") -> None:
             except TableError as err:
                 raise FolderError(f"{flag} {out}: {err}") from None
             for e in os.listdir(out / name):
-                if _TMP_NAME.fullmatch(e):
+                if TMP_NAME.fullmatch(e):
                     _kind(out / name / e, flag, out, stat.S_ISREG, "a regular file")
 
 
@@ -254,13 +255,13 @@ def _check_parts(out: Path, name: str, count: int, cols: list[str], rows: int | 
         names = [p.name for p in part_files(path)]
         if names[:count] != [f"part-{i:05d}.parquet" for i in range(min(count, len(names)))]:
             raise FolderError(f"--resume {out}: {name} does not match its checkpoint, cannot resume exactly")
-        have = [_open_part(p).metadata.num_rows for p in part_files(path)[:count]] + [0] * max(0, len(names) - count)
+        have = [open_part(p).metadata.num_rows for p in part_files(path)[:count]] + [0] * max(0, len(names) - count)
     else:
         have = None
     if have is None or len(have) < count:
         what = "is missing" if have is None else f"has {len(have)} parts"
         raise FolderError(f"--resume {out}: {name} {what}; its checkpoint needs {count}, cannot resume exactly")
-    if count and _open_part(part_files(path)[0]).schema_arrow.names != cols:
+    if count and open_part(part_files(path)[0]).schema_arrow.names != cols:
         raise FolderError(f"--resume {out}: {name} has other columns than this fedsim writes, cannot resume exactly")
     names = [p.name for p in part_files(path)][:count]
     if names != [f"part-{i:05d}.parquet" for i in range(count)] or (rows is not None and sum(have[:count]) != rows):

@@ -8,7 +8,7 @@ line naming the field path.
 
 One module per job (where a new key goes):
 
-- ``base.py``: the frozen base model (no true/false for numbers), ``_FieldError``.
+- ``base.py``: the frozen base model (no true/false for numbers), ``FieldError``.
 - ``distributions.py``: ``{dist: ...}`` values.
 - ``data.py``: ``data`` (and ``data.partition``) and ``model``; names checked against the registries.
 - ``system.py``: ``system`` (speed, compute, network, slowdown, latency, availability models, trace).

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from .. import registries
-from .base import _Frozen, registered
+from .base import Section, registered
 
-class AlgorithmConfig(_Frozen):
+__all__ = ["AlgorithmConfig", "check_preset"]
+
+class AlgorithmConfig(Section):
     """Algorithm preset plus overrides. ``None`` means "the preset's default"."""
 
     name: str = "fedavg"
@@ -84,3 +86,31 @@ class AlgorithmConfig(_Frozen):
         if v < 0:
             raise ValueError("must be >= 0")
         return v
+
+
+def check_preset(preset: Any) -> None:
+    """Raise ``ValueError`` (one line, ``KEY: problem``) unless ``preset`` is an algorithm preset: a
+    mapping from part keys (those of :data:`fedsim.algorithms.presets.BASE`) to values the
+    scenario's ``algorithm`` keys of the same names take (the parts' names are strings; whether
+    they are registered is checked when a scenario uses the preset)."""
+    from ..algorithms.presets import BASE
+    from ..algorithms.spec import PART_KINDS
+    from .pydantic_errors import format_error
+
+    if not isinstance(preset, Mapping):
+        raise ValueError(f"a preset is a mapping of part keys to values, got {type(preset).__name__}")
+    for key in preset:
+        if key not in BASE:
+            raise ValueError(f"{str(key)[:40]!r} is not a part of an algorithm (parts: {', '.join(BASE)})")
+        if preset[key] is None and BASE[key] is not None:
+            raise ValueError(f"{key}: must not be null in a preset (leave it out for the default, {BASE[key]!r})")
+    for key in PART_KINDS:
+        if key in preset and not isinstance(preset[key], str):
+            raise ValueError(f"{key}: must be a registered {key}'s name, got {type(preset[key]).__name__}")
+    if preset.get("asynchronous") not in (None, "fedbuff", "fedasync"):
+        raise ValueError(f"asynchronous: must be fedbuff, fedasync or null, got {str(preset['asynchronous'])[:40]!r}")
+    values = {k: v for k, v in preset.items() if k not in PART_KINDS and k != "asynchronous"}
+    try:
+        AlgorithmConfig.model_validate(values)
+    except ValidationError as err:
+        raise ValueError(format_error(err)) from None

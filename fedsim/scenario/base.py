@@ -1,6 +1,8 @@
 """The base of every scenario section: frozen, ``extra="forbid"``, no true/false where a number is due.
 
-Also :class:`_FieldError`, the one-line error a cross-field validator raises with its own field path.
+:class:`Section` is public: fedsim's sections and a plug-in's (an availability model's
+``AvailabilitySection``, a selection rule's ``SelectionSection``) subclass it. :class:`FieldError`
+is the one-line error a validator raises with its own field path (fedsim's or a plug-in's).
 """
 
 from __future__ import annotations
@@ -10,7 +12,13 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-class _Frozen(BaseModel):
+__all__ = ["Section", "FieldError", "registered"]
+
+
+class Section(BaseModel):
+    """A scenario section: frozen, unknown keys refused, no NaN or infinity, and no true / false
+    where a number is due."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
@@ -45,7 +53,11 @@ def _admits_bool(annotation: Any) -> bool:
     return annotation is bool or annotation is Any or any(_admits_bool(a) for a in get_args(annotation))
 
 
-class _FieldError(ValueError):
+class FieldError(ValueError):
+    """``path: msg`` in one line, raised inside a section's validator when the error belongs to
+    another field than the one validated (a cross-field rule); the scenario loader reports
+    ``path``."""
+
     def __init__(self, path: str, msg: str):
         super().__init__(f"{path}: {msg}")
         self.path = path
@@ -55,11 +67,11 @@ class _FieldError(ValueError):
 
 def registered(registry, name: Any) -> Any:
     """``name`` if ``registry`` (:mod:`fedsim.registries`) knows it (nothing is imported), else a
-    :class:`_FieldError` ``field: unknown kind 'name'; known: a, b, c``."""
+    :class:`FieldError` ``field: unknown kind 'name'; known: a, b, c``."""
     from ..errors import ScenarioError
 
     try:
         return registry.check(name)
     except ScenarioError as err:
         path, _, msg = str(err).partition(": ")
-        raise _FieldError(path, msg) from None
+        raise FieldError(path, msg) from None

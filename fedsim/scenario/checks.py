@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .base import _FieldError
+from .base import FieldError
 
 __all__ = ["check_scenario", "algorithm_spec"]
 
@@ -18,74 +18,74 @@ def algorithm_spec(config):
 
 
 def check_scenario(sc) -> None:
-    """Raise :class:`~.base._FieldError` naming the first key that breaks a cross-field rule."""
+    """Raise :class:`~.base.FieldError` naming the first key that breaks a cross-field rule."""
     r = sc.round
     # m: the number of clients; infinite while the data decide it (checked again with their count
     # once built, fedsim.runner.build.adopt_clients)
     m = math.inf if sc.data.clients_from_data else sc.data.num_clients
     if r.clients_per_round is not None and r.clients_per_round > m:
-        raise _FieldError("round.clients_per_round", f"must be <= data.clients ({m})")
+        raise FieldError("round.clients_per_round", f"must be <= data.clients ({m})")
     if isinstance(sc.system.speed, tuple) and m < math.inf and len(sc.system.speed) != m:
-        raise _FieldError("system.speed", f"needs one speed per client ({m})")
+        raise FieldError("system.speed", f"needs one speed per client ({m})")
     av = sc.system.availability
     if hasattr(av, "check_clients") and m < math.inf:  # a model's section (fedsim.availability)
         _check_clients(av, m)
     if isinstance(av, tuple) and m < math.inf and len(av) != m:
-        raise _FieldError("system.availability", f"needs one interval list per client ({m})")
+        raise FieldError("system.availability", f"needs one interval list per client ({m})")
     two_lat = 2 * sc.system.latency
     if r.policy == "window":
         if r.window is None:
-            raise _FieldError("round.window", "required for policy window")
+            raise FieldError("round.window", "required for policy window")
         if not r.window > two_lat:
-            raise _FieldError("round.window", "must be longer than two latencies (download + upload)")
+            raise FieldError("round.window", "must be longer than two latencies (download + upload)")
     if r.policy == "deadline":
         if r.deadline is None:
-            raise _FieldError("round.deadline", "required for policy deadline")
+            raise FieldError("round.deadline", "required for policy deadline")
         if not r.deadline > two_lat:
-            raise _FieldError("round.deadline", "must be longer than two latencies (download + upload)")
+            raise FieldError("round.deadline", "must be longer than two latencies (download + upload)")
     if r.policy == "overcommit" and r.clients_per_round is None:
-        raise _FieldError("round.clients_per_round", "required for policy overcommit (K, the uploads kept)")
+        raise FieldError("round.clients_per_round", "required for policy overcommit (K, the uploads kept)")
     if r.local_time is not None:
         if r.policy != "async":
-            raise _FieldError("round.local_time", f"a per-job time budget is for policy async (policy {r.policy}: "
+            raise FieldError("round.local_time", f"a per-job time budget is for policy async (policy {r.policy}: "
                               + ("round.window sets it)" if r.policy == "window" else "use local_steps or local_epochs)"))
         if r.local_steps is not None or r.local_epochs is not None:
             key = "local_steps" if r.local_steps is not None else "local_epochs"
-            raise _FieldError("round.local_time", f"give local_time or {key}, not both")
+            raise FieldError("round.local_time", f"give local_time or {key}, not both")
         if not (math.isfinite(r.local_time) and r.local_time <= 1e9):
-            raise _FieldError("round.local_time", "must be finite seconds, at most 1e9")
+            raise FieldError("round.local_time", "must be finite seconds, at most 1e9")
     if r.on_deadline != "drop" and r.policy != "deadline":
-        raise _FieldError("round.on_deadline", f"partial uploads at a deadline mean nothing under policy {r.policy}")
+        raise FieldError("round.on_deadline", f"partial uploads at a deadline mean nothing under policy {r.policy}")
     if r.policy in ("wait", "deadline", "overcommit", "async"):
         if r.local_steps is None and r.local_epochs is None and r.local_time is None:
-            raise _FieldError("round.local_steps", f"policy {r.policy} needs local_steps or local_epochs"
+            raise FieldError("round.local_steps", f"policy {r.policy} needs local_steps or local_epochs"
                               + (" (or local_time)" if r.policy == "async" else ""))
     if r.local_steps is not None and r.local_epochs is not None:
-        raise _FieldError("round.local_epochs", "give local_steps or local_epochs, not both")
+        raise FieldError("round.local_epochs", "give local_steps or local_epochs, not both")
     if r.local_epochs is not None and sc.data.name == "quadratic":
-        raise _FieldError("round.local_epochs", "quadratic data has no epochs; use local_steps")
+        raise FieldError("round.local_epochs", "quadratic data has no epochs; use local_steps")
     if r.policy == "async":
         if r.concurrency is None:
-            raise _FieldError("round.concurrency", "required for policy async")
+            raise FieldError("round.concurrency", "required for policy async")
         if r.concurrency > m:
-            raise _FieldError("round.concurrency", f"must be <= data.clients ({m})")
+            raise FieldError("round.concurrency", f"must be <= data.clients ({m})")
         if sc.algorithm.name == "fedbuff" and r.buffer > r.concurrency:
-            raise _FieldError("round.buffer", "must be <= round.concurrency for fedbuff")
+            raise FieldError("round.buffer", "must be <= round.concurrency for fedbuff")
     if sc.model.name not in (None, "quadratic") and sc.data.name == "quadratic":
-        raise _FieldError("model.name", "quadratic data takes no model")
+        raise FieldError("model.name", "quadratic data takes no model")
     if sc.data.name != "quadratic" and sc.model.name == "quadratic":
-        raise _FieldError("model.name", "quadratic model needs quadratic data")
+        raise FieldError("model.name", "quadratic model needs quadratic data")
     if sc.system.trace is not None and av != "always":
-        raise _FieldError("system.availability", "give either a trace or availability, not both")
+        raise FieldError("system.availability", "give either a trace or availability, not both")
     if sc.system.server is not None and getattr(sc.system.server.aggregate, "flops", None) is not None \
             and sc.data.name == "quadratic":
-        raise _FieldError("system.server.aggregate", "quadratic data has no model to count the aggregation's FLOPs; "
+        raise FieldError("system.server.aggregate", "quadratic data has no model to count the aggregation's FLOPs; "
                           "give seconds per update")
     if sc.system.trace_semantics == "fedscale" and sc.system.server is not None:
-        raise _FieldError("system.server", "FedScale's semantics decide a job's fate at its start: a server link "
+        raise FieldError("system.server", "FedScale's semantics decide a job's fate at its start: a server link "
                           "or aggregation time needs trace_semantics fedsim")
     if sc.system.trace_semantics == "fedscale" and r.policy == "async":
-        raise _FieldError("system.trace_semantics", "fedscale applies to window, wait and deadline rounds, not async")
+        raise FieldError("system.trace_semantics", "fedscale applies to window, wait and deadline rounds, not async")
     _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)
     _check_model_options(sc)
     from ..compression.none import check_with_payload
@@ -97,21 +97,21 @@ def check_scenario(sc) -> None:
         spec = algorithm_spec(sc.algorithm)
     except ScenarioError as err:  # a SpecError, or a preset naming a part no registry knows
         path, _, msg = str(err).partition(": ")
-        raise _FieldError(path, msg) from None
+        raise FieldError(path, msg) from None
     if spec.mu > 0 and sc.algorithm.lr * spec.mu >= 1:
-        raise _FieldError("algorithm.mu", "lr * mu must be < 1 (the proximal step factor 1 - lr mu must stay positive)")
+        raise FieldError("algorithm.mu", "lr * mu must be < 1 (the proximal step factor 1 - lr mu must stay positive)")
     if spec.asynchronous and r.policy != "async":
-        raise _FieldError("algorithm.name", f"{spec.name} needs round.policy async")
+        raise FieldError("algorithm.name", f"{spec.name} needs round.policy async")
     if r.policy == "async" and not spec.asynchronous:
-        raise _FieldError("algorithm.name", "round.policy async needs fedbuff or fedasync")
+        raise FieldError("algorithm.name", "round.policy async needs fedbuff or fedasync")
     if spec.asynchronous == "fedasync" and r.buffer != 1:
-        raise _FieldError("round.buffer", "fedasync updates the model at every arrival: must be 1 (fedbuff buffers)")
+        raise FieldError("round.buffer", "fedasync updates the model at every arrival: must be 1 (fedbuff buffers)")
     if spec.asynchronous and spec.aggregation == "nova":
-        raise _FieldError("algorithm.aggregation", f"{spec.name}: use algorithm.normalize_async for FedNova's normalization")
+        raise FieldError("algorithm.aggregation", f"{spec.name}: use algorithm.normalize_async for FedNova's normalization")
     if not spec.asynchronous and sc.algorithm.normalize_async:
         # the other async-only keys are ignored by synchronous runs (so one base scenario can
         # serve a compare grid over both); this one would read like FedNova being on.
-        raise _FieldError(
+        raise FieldError(
             "algorithm.normalize_async", "only for asynchronous algorithms; use fednova / aggregation: nova"
         )
 
@@ -128,10 +128,10 @@ def _check_clients(section, m: int) -> None:
     """A model's per-client values against m clients (its ValueError named under system.availability)."""
     try:
         section.check_clients(m)
-    except _FieldError:
+    except FieldError:
         raise
     except ValueError as err:
-        raise _FieldError("system.availability", str(err)) from None
+        raise FieldError("system.availability", str(err)) from None
 
 
 def _check_model_fits_data(data: str, model: str, dim: int) -> None:
@@ -141,9 +141,9 @@ def _check_model_fits_data(data: str, model: str, dim: int) -> None:
     if shape is None and data not in ("quadratic", "synthetic"):
         return  # a registered dataset: the model factory sees its input shape when the run is built
     if shape is None:
-        raise _FieldError("model.name", f"{model} needs image data; {data} has flat features")
+        raise FieldError("model.name", f"{model} needs image data; {data} has flat features")
     if min(shape[1:]) < _CONV_MIN_SIDE[model]:
-        raise _FieldError("model.name", f"{model} needs images of at least {_CONV_MIN_SIDE[model]}x{_CONV_MIN_SIDE[model]}; {data} has {shape[1]}x{shape[2]}")
+        raise FieldError("model.name", f"{model} needs images of at least {_CONV_MIN_SIDE[model]}x{_CONV_MIN_SIDE[model]}; {data} has {shape[1]}x{shape[2]}")
 
 
 
@@ -152,7 +152,7 @@ def _check_model_options(sc) -> None:
     model registered from Python or a plug-in; a lazy built-in is checked when the run builds it)."""
     from .. import registries
     from ..errors import ScenarioError
-    from ..registry import check_options
+    from ..factory_options import check_options
 
     name = sc.model.name
     factory = registries.MODELS.loaded(name) if name not in (None, "quadratic") else None
@@ -160,4 +160,4 @@ def _check_model_options(sc) -> None:
         try:
             check_options(factory, sc.model.options, f"model {name!r}", "model.options")
         except ScenarioError as err:
-            raise _FieldError("model.options", str(err).partition(": ")[2]) from None
+            raise FieldError("model.options", str(err).partition(": ")[2]) from None

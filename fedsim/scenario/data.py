@@ -7,9 +7,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from .. import registries
-from .base import _FieldError, _Frozen, registered
+from .base import FieldError, Section, registered
 
-class PartitionConfig(_Frozen):
+class PartitionConfig(Section):
     """How training samples are split across clients (ignored for quadratic and synthetic)."""
 
     name: Literal["iid", "dirichlet", "dirichlet_equal", "shards", "powerlaw"] = "iid"
@@ -19,7 +19,7 @@ class PartitionConfig(_Frozen):
     power: float = Field(1.5, gt=0)
 
 
-class DataConfig(_Frozen):
+class DataConfig(Section):
     """Workload data. docs/scenario.md says which keys apply to which ``name``."""
 
     name: str = "quadratic"  # a name in fedsim.registries.DATASETS
@@ -64,13 +64,13 @@ class DataConfig(_Frozen):
         if self.name == "quadratic":
             if self.centers is not None:
                 if len({len(c) for c in self.centers}) != 1:
-                    raise _FieldError("data.centers", "every center needs the same dimension")
+                    raise FieldError("data.centers", "every center needs the same dimension")
                 if self.clients is not None and self.clients != len(self.centers):
-                    raise _FieldError("data.clients", "must equal the number of centers")
+                    raise FieldError("data.clients", "must equal the number of centers")
             if self.weights is not None and len(self.weights) != self.num_clients:
-                raise _FieldError("data.weights", f"need one weight per client ({self.num_clients})")
+                raise FieldError("data.weights", f"need one weight per client ({self.num_clients})")
         elif self.weights is not None:
-            raise _FieldError("data.weights", "only for quadratic data (otherwise p_i = n_i / n)")
+            raise FieldError("data.weights", "only for quadratic data (otherwise p_i = n_i / n)")
         return self
 
     @property
@@ -94,7 +94,7 @@ DEFAULT_CLIENTS = frozenset({"quadratic", "synthetic", "digits", "mnist", "fashi
                               "tinyimagenet"})
 
 
-class ModelConfig(_Frozen):
+class ModelConfig(Section):
     """The model: a name in :data:`fedsim.registries.MODELS` (``quadratic``: the quadratic problem's
     point, no model) and the factory's own ``options`` (``factory(input_shape, num_classes,
     **options)``; an option its signature does not take is refused when the model is built).

@@ -12,10 +12,10 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, model_validator
 
 from ..clock import model as cm
-from .base import _Frozen
+from .base import Section
 
 
-class Uniform(_Frozen):
+class Uniform(Section):
     """Continuous uniform on [low, high]."""
 
     dist: Literal["uniform"]
@@ -32,7 +32,7 @@ class Uniform(_Frozen):
         return self
 
 
-class LogNormal(_Frozen):
+class LogNormal(Section):
     """``median * exp(sigma * N(0, 1))``."""
 
     dist: Literal["lognormal"]
@@ -43,7 +43,7 @@ class LogNormal(_Frozen):
         return cm.LogNormal(self.median, self.sigma)
 
 
-class RandInt(_Frozen):
+class RandInt(Section):
     """Integer uniform on {low, ..., high} (both inclusive)."""
 
     dist: Literal["randint"]
@@ -60,7 +60,7 @@ class RandInt(_Frozen):
         return self
 
 
-class Constant(_Frozen):
+class Constant(Section):
     dist: Literal["constant"]
     value: float
 
@@ -68,7 +68,7 @@ class Constant(_Frozen):
         return cm.Constant(self.value)
 
 
-class Exponential(_Frozen):
+class Exponential(Section):
     """Exponential with the given mean."""
 
     dist: Literal["exponential"]

@@ -12,7 +12,7 @@ from ..errors import ScenarioError
 from ..limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH
 from ..scenario_yaml import YamlInputError, load_yaml, read_regular_file
 from ..validate import check_limits, check_names, check_paths
-from .base import _FieldError
+from .base import FieldError
 from .pydantic_errors import format_error
 from .schema import Scenario
 
@@ -29,7 +29,7 @@ def parse_scenario(raw: Any, base_dir: Path | None = None) -> Scenario:
         sc = Scenario.model_validate(raw)
     except ValidationError as err:
         raise ScenarioError(format_error(err)) from None
-    except _FieldError as err:  # pragma: no cover - pydantic wraps these
+    except FieldError as err:  # pragma: no cover - pydantic wraps these
         raise ScenarioError(str(err)) from None
     check_limits(sc)
     check_paths(sc)

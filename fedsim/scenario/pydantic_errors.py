@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .base import _Boolean, _FieldError
+from .base import _Boolean, FieldError
 
 __all__ = ["format_error", "nested_error"]
 
@@ -16,11 +16,11 @@ def format_error(err: ValidationError) -> str:
     return f"{path}: {msg}" if path else msg
 
 
-def nested_error(err: ValidationError, prefix: str) -> _FieldError:
+def nested_error(err: ValidationError, prefix: str) -> FieldError:
     """The first problem of a section validated on its own (a registered piece's keys) as a
-    :class:`_FieldError` at ``prefix`` (a path a validator gave in full is kept)."""
+    :class:`FieldError` at ``prefix`` (a path a validator gave in full is kept)."""
     path, msg, full = _parts(err)
-    return _FieldError(path if full else f"{prefix}.{path}" if path else prefix, msg)
+    return FieldError(path if full else f"{prefix}.{path}" if path else prefix, msg)
 
 
 def _parts(err: ValidationError) -> tuple[str, str, bool]:
@@ -30,7 +30,7 @@ def _parts(err: ValidationError) -> tuple[str, str, bool]:
     path = ".".join(loc)
     msg = e["msg"]
     ctx = e.get("ctx") or {}
-    if isinstance(ctx.get("error"), _FieldError):
+    if isinstance(ctx.get("error"), FieldError):
         return ctx["error"].path, ctx["error"].msg, True
     if isinstance(e.get("input"), _Boolean):
         msg = f"must not be true/false (got {e['input']!r})"  # YAML 1.2 spelling, e.g. [1, true]

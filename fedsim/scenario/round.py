@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .base import _FieldError, _Frozen, registered
+from .base import FieldError, Section, registered
 from .distributions import Constant, IntDist, dist_low
 from .pydantic_errors import nested_error
 
@@ -14,7 +14,7 @@ from .pydantic_errors import nested_error
 MAX_OVERCOMMIT = 100.0
 
 
-class RoundConfig(_Frozen):
+class RoundConfig(Section):
     """Server round policy and the work each client is given."""
 
     policy: Literal["window", "wait", "deadline", "overcommit", "async"] = "window"
@@ -60,9 +60,9 @@ class RoundConfig(_Frozen):
             return self
         legacy = sorted({"sampling", "weights"} & self.model_fields_set)
         if legacy:
-            raise _FieldError("round.selection", f"give the rule here or round.{legacy[0]}, not both")
+            raise FieldError("round.selection", f"give the rule here or round.{legacy[0]}, not both")
         if self.policy == "async" and self.selection.clock_value().sync_only:
-            raise _FieldError("round.selection", f"{self.selection.name!r} picks synchronous rounds only, not "
+            raise FieldError("round.selection", f"{self.selection.name!r} picks synchronous rounds only, not "
                               "policy async")
         return self
 
@@ -94,26 +94,26 @@ def selection_value(v: Any) -> Any:
         name = v.get("name")
         if not isinstance(name, str):
             known = ", ".join(SELECTORS.names())
-            raise _FieldError("round.selection.name", f"missing (which rule? {known})" if name is None
+            raise FieldError("round.selection.name", f"missing (which rule? {known})" if name is None
                               else f"must be a rule's name ({known})")
         cls = SELECTORS.get(registered(SELECTORS, name))
         if not (isinstance(cls, type) and issubclass(cls, SelectionSection)):
-            raise _FieldError("round.selection.name", f"{name!r} is registered as {cls!r}, not a subclass of "
+            raise FieldError("round.selection.name", f"{name!r} is registered as {cls!r}, not a subclass of "
                               "fedsim.selection.section.SelectionSection")
         try:
             section = cls.model_validate(v)
         except ValidationError as err:
             raise nested_error(err, "round.selection") from None
     else:
-        raise _FieldError("round.selection", "give {name: NAME, ...} (a registered selection rule)")
+        raise FieldError("round.selection", "give {name: NAME, ...} (a registered selection rule)")
     if section is None:
         return None
     try:
         rule = section.clock_value()
     except Exception as err:  # noqa: BLE001 -- a user's section: one line naming it
-        raise _FieldError("round.selection", f"rule {section.name!r}: clock_value() failed: {type(err).__name__}: "
+        raise FieldError("round.selection", f"rule {section.name!r}: clock_value() failed: {type(err).__name__}: "
                           f"{err}".rstrip(": ")) from None
     if not isinstance(rule, SelectionRule):
-        raise _FieldError("round.selection", f"rule {section.name!r}: clock_value() returned {type(rule).__name__}, "
+        raise FieldError("round.selection", f"rule {section.name!r}: clock_value() returned {type(rule).__name__}, "
                           "not a fedsim.clock.selection.SelectionRule")
     return section

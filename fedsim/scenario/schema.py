@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ..validate import check_run_name
 from .algorithm import AlgorithmConfig
-from .base import _Frozen
+from .base import Section
 from .checks import algorithm_spec, check_scenario
 from .data import DataConfig, ModelConfig
 from .round import RoundConfig
@@ -18,7 +18,7 @@ from .system import SystemConfig
 __all__ = ["Scenario"]
 
 
-class Scenario(_Frozen):
+class Scenario(Section):
     """One simulation: workload, system, round policy, algorithm, evaluation, engine."""
 
     name: str = "run"

@@ -7,9 +7,9 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from ..validate import check_device_spec
-from .base import _Frozen
+from .base import Section
 
-class EvalConfig(_Frozen):
+class EvalConfig(Section):
     """Evaluation: every ``every`` rounds; the training objective over the evaluation sample.
 
     ``clients``: size of a fixed uniform sample of clients (seeded by the data seed) whose training
@@ -24,7 +24,7 @@ class EvalConfig(_Frozen):
     every_seconds: float | None = Field(None, gt=0, le=1e9)
 
 
-class EngineConfig(_Frozen):
+class EngineConfig(Section):
     clients_per_batch: Literal["auto"] | int = "auto"
     device: str = "auto"
     dtype: Literal["float32", "float64"] = "float32"
@@ -43,6 +43,6 @@ class EngineConfig(_Frozen):
         return v
 
 
-class CheckpointConfig(_Frozen):
+class CheckpointConfig(Section):
     every: int = Field(0, ge=0)  # rounds; 0 = never
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from .base import _Boolean, _FieldError, _Frozen, _has_bool, registered
+from .base import _Boolean, FieldError, Section, _has_bool, registered
 from .pydantic_errors import nested_error
 from .distributions import Constant, Dist, Exponential, LogNormal, RandInt, Uniform, dist_bounds, dist_low
 
@@ -35,11 +35,11 @@ def availability_value(v: Any) -> Any:
         name = v.get("model")
         if not isinstance(name, str):
             known = ", ".join(AVAILABILITY.names())
-            raise _FieldError("system.availability.model", f"missing (which model? {known})" if name is None
+            raise FieldError("system.availability.model", f"missing (which model? {known})" if name is None
                               else f"must be a model's name ({known})")
         section = AVAILABILITY.get(registered(AVAILABILITY, name))
         if not (isinstance(section, type) and issubclass(section, AvailabilitySection)):
-            raise _FieldError("system.availability.model", f"{name!r} is registered as {section!r}, not a subclass of "
+            raise FieldError("system.availability.model", f"{name!r} is registered as {section!r}, not a subclass of "
                               "fedsim.availability.AvailabilitySection")
         try:
             return _with_clock_value(section.model_validate(v))
@@ -47,7 +47,7 @@ def availability_value(v: Any) -> Any:
             raise nested_error(err, "system.availability") from None
     if isinstance(v, (list, tuple)):
         if _has_bool(v):
-            raise _FieldError("system.availability", f"must not be true/false (got {_Boolean(v)!r})")
+            raise FieldError("system.availability", f"must not be true/false (got {_Boolean(v)!r})")
         try:
             intervals = _INTERVALS.validate_python(v)
         except ValidationError as err:
@@ -55,9 +55,9 @@ def availability_value(v: Any) -> Any:
         for client in intervals:
             for start, end in client:
                 if not 0 <= start < end:
-                    raise _FieldError("system.availability", "offline intervals need 0 <= start < end")
+                    raise FieldError("system.availability", "offline intervals need 0 <= start < end")
         return intervals
-    raise _FieldError("system.availability", "give always, one list of offline [start, end) intervals per "
+    raise FieldError("system.availability", "give always, one list of offline [start, end) intervals per "
                       "client, or {model: NAME, ...}")
 
 
@@ -69,10 +69,10 @@ def _with_clock_value(section: Any) -> Any:
     try:
         value = section.clock_value()
     except Exception as err:  # noqa: BLE001 -- a user's section: one line naming it
-        raise _FieldError("system.availability", f"model {section.model!r}: clock_value() failed: "
+        raise FieldError("system.availability", f"model {section.model!r}: clock_value() failed: "
                           f"{type(err).__name__}: {err}".rstrip(": ")) from None
     if not isinstance(value, AvailabilityModel):
-        raise _FieldError("system.availability", f"model {section.model!r}: clock_value() returned "
+        raise FieldError("system.availability", f"model {section.model!r}: clock_value() returned "
                           f"{type(value).__name__}, not a fedsim.clock.availability.AvailabilityModel")
     return section
 
@@ -104,7 +104,7 @@ def _positive_per_client(s: Any, high: float = math.inf, low: float = 0.0) -> An
     return s
 
 
-class ComputeConfig(_Frozen):
+class ComputeConfig(Section):
     """Device compute: FLOP/s (one local step takes the model's step FLOPs / flops seconds)."""
 
     flops: PerClient
@@ -115,7 +115,7 @@ class ComputeConfig(_Frozen):
         return _positive_per_client(f, low=1.0)
 
 
-class NetworkConfig(_Frozen):
+class NetworkConfig(Section):
     """Bandwidths in bits per second (download: model bytes x 8 / down; upload: upload bytes x 8 / up)."""
 
     down: PerClient
@@ -127,7 +127,7 @@ class NetworkConfig(_Frozen):
         return _positive_per_client(b, low=1.0)
 
 
-class AggregateFlops(_Frozen):
+class AggregateFlops(Section):
     """``system.server.aggregate: {flops: F}``: the server aggregates at F FLOP/s."""
 
     flops: float = Field(gt=0)
@@ -140,7 +140,7 @@ class AggregateFlops(_Frozen):
         return f
 
 
-class ServerConfig(_Frozen):
+class ServerConfig(Section):
     """``system.server``: the server's own link, shared by the transfers in flight (bits per
     second per direction, as ``system.network``; absent: unlimited), and the time it takes to
     aggregate (seconds per aggregated update, or ``{flops: F}``: 2 x parameters FLOPs per update)."""
@@ -165,13 +165,13 @@ class ServerConfig(_Frozen):
             except ValidationError as err:
                 raise nested_error(err, "system.server.aggregate") from None
         if isinstance(a, bool) or not isinstance(a, (int, float)):
-            raise _FieldError("system.server.aggregate", "give seconds per update, or {flops: F}")
+            raise FieldError("system.server.aggregate", "give seconds per update, or {flops: F}")
         if not (math.isfinite(a) and 0 <= a <= 1e9):
-            raise _FieldError("system.server.aggregate", "must be seconds per update in [0, 1e9]")
+            raise FieldError("system.server.aggregate", "must be seconds per update in [0, 1e9]")
         return float(a)
 
 
-class SystemConfig(_Frozen):
+class SystemConfig(Section):
     """System heterogeneity: speeds or device compute, network, slowdowns, latency, availability,
     measured traces."""
 
@@ -218,29 +218,29 @@ class SystemConfig(_Frozen):
     @model_validator(mode="after")
     def _compute(self):
         if self.speed is None and self.compute is None:
-            raise _FieldError("system.speed", "give speed (steps per second) or compute (FLOP/s)")
+            raise FieldError("system.speed", "give speed (steps per second) or compute (FLOP/s)")
         if self.speed is not None and self.compute is not None:
-            raise _FieldError("system.compute", "give speed or compute, not both")
+            raise FieldError("system.compute", "give speed or compute, not both")
         if self.trace is not None and self.compute is not None:
-            raise _FieldError("system.compute", "a trace gives the speed; give either a trace or compute")
+            raise FieldError("system.compute", "a trace gives the speed; give either a trace or compute")
         if self.trace_semantics != "fedsim" and self.trace is None:
-            raise _FieldError("system.trace_semantics", "only with system.trace")
+            raise FieldError("system.trace_semantics", "only with system.trace")
         if self.trace_semantics == "fedscale" and self.trace_repeat != "cycle":
-            raise _FieldError("system.trace_semantics", "fedscale replays every trace cyclically (t mod finish_time): "
+            raise FieldError("system.trace_semantics", "fedscale replays every trace cyclically (t mod finish_time): "
                               "needs trace_repeat cycle")
         if self.payload_bytes is not None and self.trace is None and self.network is None:
-            raise _FieldError("system.payload_bytes", "only with system.network or system.trace (transfers to time)")
+            raise FieldError("system.payload_bytes", "only with system.network or system.trace (transfers to time)")
         server = self.server
         if server is not None and (server.up is not None or server.down is not None) and self.trace is None \
                 and self.network is None:
             key = "up" if server.up is not None else "down"
-            raise _FieldError(f"system.server.{key}", "a shared server link needs transfers with bits to share: "
+            raise FieldError(f"system.server.{key}", "a shared server link needs transfers with bits to share: "
                               "give system.network (or a device trace)")
         if self.on_outage == "resume":
             if self.trace is None and self.availability == "always":
-                raise _FieldError("system.on_outage", "resume means nothing when every client is always online")
+                raise FieldError("system.on_outage", "resume means nothing when every client is always online")
             if self.trace_semantics == "fedscale":
-                raise _FieldError("system.on_outage", "FedScale's semantics decide a job's fate at its start: "
+                raise FieldError("system.on_outage", "FedScale's semantics decide a job's fate at its start: "
                                   "resume needs trace_semantics fedsim")
         return self
 

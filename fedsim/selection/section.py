@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ..scenario.base import _Frozen
+from ..scenario.base import Section
 from ..clock.selection import SelectionRule
 
 __all__ = ["SelectionSection"]
 
 
-class SelectionSection(_Frozen):
+class SelectionSection(Section):
     """``round.selection: {name: NAME, key: value, ...}``: subclass it, declare the keys as pydantic
     fields (frozen, unknown keys refused) and return the clock's rule from :meth:`clock_value`.
     Errors name their key under ``round.selection``."""

@@ -1,4 +1,7 @@
-"""Registries: the one way a named piece (model, dataset, algorithm, algorithm part) enters fedsim.
+"""The mechanism behind every named piece: :class:`Registry` (names -> pieces of one kind) and
+:class:`RegistryError`. The registries themselves, one per kind, are :mod:`fedsim.registries`.
+
+Registries are the one way a named piece (model, dataset, algorithm, algorithm part) enters fedsim.
 
 A scenario file only *names* pieces (``model: {name: my_cnn}``); the name must have been registered
 from Python (``fedsim.register_model``), by an installed plug-in (entry-point group
@@ -6,23 +9,61 @@ from Python (``fedsim.register_model``), by an installed plug-in (entry-point gr
 these same registries. Reading YAML never imports anything: a lazy entry (``"module:attribute"``)
 is only ever written by Python code, and resolved on first :meth:`Registry.get`.
 
-Errors are one line: an unknown name lists the known ones; a second registration of a name says so.
+Each name records who registered it (:meth:`Registry.registrant`): ``fedsim`` for the built-ins,
+the plug-in being loaded (``distribution NAME VERSION (entry point E)``, ``plugin module M``;
+:func:`registering_as`), else the Python module that called :meth:`Registry.register`.
+
+Errors are one line: an unknown name lists the known ones; a second registration of a name names
+the earlier registrant and the new one.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import re
+import sys
+from contextlib import contextmanager
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from .errors import ScenarioError
 
-__all__ = ["Registry", "RegistryError", "takes_option", "check_options", "call_factory"]
+__all__ = ["Registry", "RegistryError", "registering_as", "current_registrant", "BUILTIN"]
 
 T = TypeVar("T")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+
+#: The registrant of fedsim's own pieces.
+BUILTIN = "fedsim"
+#: Who registers now, innermost last: the plug-ins being loaded (:func:`registering_as`).
+_LOADING: list[str] = []
+#: Modules whose frames are fedsim's registration machinery, not the registrant.
+_MACHINERY = frozenset({__name__, "fedsim.api"})
+
+
+@contextmanager
+def registering_as(who: str) -> Iterator[None]:
+    """Within the block, registrations are recorded as made by ``who`` (a plug-in being loaded)."""
+    _LOADING.append(who)
+    try:
+        yield
+    finally:
+        _LOADING.pop()
+
+
+def current_registrant() -> str:
+    """Who is registering now: the plug-in being loaded, else the module calling the registry
+    (``fedsim`` for fedsim's own modules, ``module NAME`` for any other)."""
+    if _LOADING:
+        return _LOADING[-1]
+    frame = sys._getframe(1)
+    module = ""
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module not in _MACHINERY:
+            break
+        frame = frame.f_back
+    return BUILTIN if module == "fedsim" or module.startswith("fedsim.") else f"module {module or '?'}"
 
 
 class RegistryError(ScenarioError):
@@ -48,32 +89,62 @@ class Registry(Generic[T]):
         self.kind = kind
         self.path = path
         self._items: dict[str, Any] = {}
+        self._by: dict[str, str] = {}
+        self._checks: dict[str, Callable[[Any], None]] = {}
 
-    def register(self, name: str, obj: T | str | None = None, *, replace: bool = False) -> Any:
+    def register(self, name: str, obj: T | str | None = None, *, replace: bool = False,
+                 check: Callable[[Any], None] | None = None) -> Any:
         """Register ``obj`` under ``name`` (returns it); without ``obj``, a decorator.
 
         ``obj`` may be a ``"package.module:attribute"`` string (or ``"package.module:MAPPING[key]"``,
         one entry of a mapping), imported on first use (how the built-ins avoid importing torch to
-        validate a scenario). A name registered twice is an
-        error unless ``replace`` is true.
+        validate a scenario). A name registered twice is an error naming both registrants
+        (:func:`current_registrant`) unless ``replace`` is true.
+
+        ``check(piece)`` raises ``ValueError`` (its message one line) when ``piece`` is not a piece
+        of this kind: run here on an object, and on a lazy target when :meth:`get` loads it; its
+        failure is a :class:`RegistryError` naming the piece.
         """
         if obj is None:
-            return lambda o: self.register(name, o, replace=replace)
+            return lambda o: self.register(name, o, replace=replace, check=check)
         if not isinstance(name, str) or not _NAME.match(name):
             raise RegistryError(f"{self.kind} name {name!r}: use letters, digits, '_', '.', '-' (at most 64, not starting with a digit)")
+        who = current_registrant()
         if name in self._items and not replace:
-            raise RegistryError(f"{self.kind} {name!r} is already registered")
+            raise RegistryError(f"{self.kind} {name!r} is already registered by {self._by.get(name, '?')}, "
+                                f"not again by {who} (replace=True replaces it)")
         if isinstance(obj, str):
             if ":" not in obj:
                 raise RegistryError(f"{self.kind} {name!r}: a lazy target is 'module:attribute', got {obj!r}")
-            self._items[name] = _Lazy(obj)
+            item: Any = _Lazy(obj)
         else:
-            self._items[name] = obj
+            self._check(name, obj, check)
+            item = obj
+        self._items[name] = item
+        self._by[name] = who
+        if check is None:
+            self._checks.pop(name, None)
+        else:
+            self._checks[name] = check
         return obj
+
+    def _check(self, name: str, obj: Any, check: Callable[[Any], None] | None) -> None:
+        if check is None:
+            return
+        try:
+            check(obj)
+        except ValueError as err:
+            raise RegistryError(f"{self.kind} {name!r}: {str(err).splitlines()[0] if str(err) else 'refused'}") from None
+
+    def registrant(self, name: str) -> str | None:
+        """Who registered ``name`` (``fedsim`` for the built-ins; None when it is not registered)."""
+        return self._by.get(name)
 
     def unregister(self, name: str) -> None:
         """Remove ``name`` (a no-op when it is not registered)."""
         self._items.pop(name, None)
+        self._by.pop(name, None)
+        self._checks.pop(name, None)
 
     def get(self, name: str) -> T:
         """The piece registered as ``name``.
@@ -95,6 +166,7 @@ class Registry(Generic[T]):
                     item = item[key.rstrip("]")]
             except (ImportError, AttributeError, KeyError) as err:
                 raise RegistryError(f"{self.kind} {name!r}: cannot load {item.target} ({err})") from None
+            self._check(name, item, self._checks.get(name))
             self._items[name] = item
         return item
 
@@ -124,35 +196,3 @@ class Registry(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {list(self.names())})"
-
-
-
-Factory = Callable[..., Any]
-
-
-def takes_option(factory: Any, option: str) -> bool:
-    """Whether ``factory``'s signature takes the keyword ``option`` (or ``**kwargs``)."""
-    try:
-        params = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return True
-    return option in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def check_options(factory: Any, options: dict, what: str, path: str) -> None:
-    """One-line :class:`~fedsim.errors.ScenarioError` naming ``path`` and the options ``factory``
-    takes when its signature does not take one of ``options``."""
-    bad = [k for k in options if not takes_option(factory, k)]
-    if bad:
-        try:
-            params = inspect.signature(factory).parameters
-            known = [p for p, v in params.items() if v.kind is v.KEYWORD_ONLY or v.default is not v.empty]
-        except (TypeError, ValueError):
-            known = []
-        raise ScenarioError(f"{path}: {what} takes no option {bad[0]!r}; it takes: {', '.join(known) or 'none'}")
-
-
-def call_factory(factory: Any, args: tuple, options: dict, what: str, path: str) -> Any:
-    """``factory(*args, **options)`` after :func:`check_options`."""
-    check_options(factory, options, what, path)
-    return factory(*args, **options)
