@@ -74,7 +74,8 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
 
         ds = dataset_for(sc)
     sizes, weights = client_sizes_and_weights(sc, ds)
-    clock = build_clock(sc, sizes, weights, cost=work_cost_for(sc, ds, model))  # everything that can fail, before the folder
+    clock = build_clock(sc, sizes, weights, cost=work_cost_for(sc, ds, model),  # everything that can fail, before the folder
+                        epoch_rule=getattr(ds, "epoch_rule", "floor"))
     with locked(out):
         prepare_folder(sc, out, force=force)
         (_write_parquet if table_format == "parquet" else _write_tables)(clock, sc.rounds, out)

@@ -72,7 +72,7 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
         cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, spec.uses_control_variates,
                          count_flops=sc.system.compute is not None, payload=sc.system.payload_bytes)
         check_compute_steps(sc, cost.step_flops)  # issue 21.18: needs the model's FLOPs
-    return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost), cost)
+    return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost, epoch_rule=work.epoch_rule), cost)
 
 
 def adopt_clients(sc: Scenario, data=None):
