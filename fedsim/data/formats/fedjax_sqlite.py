@@ -96,11 +96,18 @@ def decode_examples(blob: bytes, limit: int = MAX_DECODED_BYTES) -> dict[str, np
     if not isinstance(blob, bytes):
         raise ValueError(f"a {type(blob).__name__}, not a blob")
     d = zlib.decompressobj()
-    try:
-        raw = d.decompress(blob, limit + 1)
+    raw = bytearray()
+    tail = blob
+    try:  # in steps of 16 MiB into one buffer: never more than ``limit`` (and a step) held
+        while tail and not d.eof:
+            raw += d.decompress(tail, 2**24)
+            tail = d.unconsumed_tail
+            if len(raw) > limit:
+                raise ValueError(f"larger than {limit:,} bytes once decompressed")
+        raw += d.flush()
     except zlib.error as err:
         raise ValueError(f"not zlib-compressed ({err})") from None
-    if len(raw) > limit or d.unconsumed_tail:
+    if len(raw) > limit:
         raise ValueError(f"larger than {limit:,} bytes once decompressed")
     if not d.eof:
         raise ValueError("not zlib-compressed (the stream ends early)")
