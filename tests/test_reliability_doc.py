@@ -63,3 +63,21 @@ def test_symlink_and_shared_folder_rules_match_the_code():
     assert "`turns`" in text and "`unused`" in text and "`bypassed: <why>`" in text
     assert population.MAX_DAYS == int(limits.MAX_SECONDS // 86400) and "`MAX_SECONDS` / 86400" in text
     assert "mode `0o666` less the umask" in text and "0o666" in inspect.getsource(__import__("fedsim.devices.traceio", fromlist=["x"]))
+
+
+def test_dataset_file_rules_match_the_readers():
+    """The Dataset files section (issue 28): its numbers and names are the readers'."""
+    import inspect
+
+    from fedsim.data.formats import errors, fedjax_sqlite, files, images, leaf
+
+    text = " ".join(DOC.read_text().split())
+    assert "`tests/test_fuzz_datasets.py`" in text and (Path(__file__).parent / "test_fuzz_datasets.py").is_file()
+    assert "O_NONBLOCK" in inspect.getsource(files) and "non-blocking and checked on the open descriptor" in text
+    assert errors.SHORT == 60 and "longer than 60 characters are cut" in text
+    assert "2**24" in inspect.getsource(fedjax_sqlite) and "decompressed in 16 MiB steps" in text
+    assert limits.MAX_IMAGE_PIXELS < 9000 * 9000 and "9000 x 9000 is refused" in text
+    assert limits.MAX_IMAGE_PIXELS == 4096 * 4096 and "(4096 x 4096)" in text
+    assert "MAX_JSON_DEPTH" in inspect.getsource(leaf) and "mmap" in inspect.getsource(leaf)
+    assert 'simplefilter("error", Image.DecompressionBombWarning)' in inspect.getsource(images)
+    assert "as_uri()" in inspect.getsource(fedjax_sqlite) and '"?mode=ro"' in inspect.getsource(fedjax_sqlite)
