@@ -204,3 +204,28 @@ def test_any_json_formatting_of_the_same_document(tmp_path, dump):
     fd = load_femnist(tmp_path)
     assert fd.client_ids == ("w0", "w1") and fd.sizes.tolist() == [1, 2]
     assert fd.client_test(1)[1].tolist() == users["w1"][1]
+
+
+@pytest.mark.parametrize("block", [4096, 1 << 24])
+def test_long_numeric_stretches_are_matched_in_blocks(tmp_path, monkeypatch, block):
+    """Stretches without strings (FEMNIST's x: megabytes of numbers) are matched with numpy a block
+    at a time; the spans must equal the ones JSON itself gives, whatever the block size."""
+    from fedsim.data.formats import leaf
+
+    monkeypatch.setattr(leaf, "_BLOCK", block)
+    rng = np.random.default_rng(6)
+    users = {"big": femnist_user(rng, 40), 'b[r]a{c}e"s': femnist_user(rng, 2), "z": femnist_user(rng, 30)}
+    path = tmp_path / "a.json"
+    write_leaf_file(path, users, hierarchies=[[["]"]]])
+    assert path.stat().st_size > 3 * leaf._FAST_MIN
+    names, counts, spans, found = scan_leaf_file(path)
+    raw = path.read_bytes()
+    for u, (x, y) in users.items():
+        start, end = spans[u]
+        assert json.loads(raw[start:end]) == {"x": x, "y": y} and found[u] == len(y)
+    deep = "[" * 40 + "1, " * 30000 + "1" + "]" * 40
+    text = '{"users": ["u"], "num_samples": [1], "user_data": {"u": {"x": ' + deep + ', "y": [1]}}}'
+    path.write_text(text)
+    at = text.index("[[") + 29  # the file, user_data and the user are 3 levels; x's 30th bracket is the 33rd
+    with pytest.raises(DataFormatError, match=rf"a\.json: JSON nested deeper than 32 levels at byte {at}$"):
+        scan_leaf_file(path)

@@ -144,6 +144,13 @@ def _skip_value(s: Any, i: int, path: Path, depth: int = 0) -> int:
         return m.end()
     open_, j = depth, i
     while True:
+        if s.find(b'"', j, j + _FAST_MIN) < 0 and len(s) - j >= _FAST_MIN:  # a long stretch without strings
+            found, j, open_ = _skip_block(s, j, open_, depth, path)
+            if found:
+                return j
+            if j >= len(s):
+                raise DataFormatError(path, "malformed JSON (file ends inside a value)")
+            continue
         m = _STRUCT.search(s, j)
         if m is None:
             raise DataFormatError(path, "malformed JSON (file ends inside a value)")
@@ -160,6 +167,48 @@ def _skip_value(s: Any, i: int, path: Path, depth: int = 0) -> int:
         j += 1
         if open_ == depth:
             return j
+
+
+_FAST_MIN = 1 << 16  # string-free stretches at least this long are matched with numpy
+_BLOCK = 1 << 24
+
+
+def _skip_block(s: Any, j: int, open_: int, depth: int, path: Path) -> tuple[bool, int, int]:
+    """Match brackets from ``s[j]`` up to the next string's quote (at most ``_BLOCK`` bytes) with
+    numpy, no Python loop per character: LEAF's FEMNIST ``x`` lists are megabytes of numbers,
+    commas and brackets.
+
+    Returns ``(True, end, depth)`` when the value closes there; else ``(False, next, open)`` with
+    ``next`` where the stretch ends (a quote, for the caller to scan the string, or more numbers).
+    """
+    stop = s.find(b'"', j, j + _BLOCK)
+    stop = min(len(s), j + _BLOCK) if stop < 0 else stop
+    closed, too_deep, open_ = _match(s, j, stop, open_, depth)  # no view of the map outlives the call
+    if too_deep >= 0:
+        raise DataFormatError(path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels at byte {too_deep}")
+    if closed >= 0:
+        return True, closed, depth
+    return False, stop, open_
+
+
+def _match(s: Any, j: int, stop: int, open_: int, depth: int) -> tuple[int, int, int]:
+    """(end of the value or -1, byte where nesting passes MAX_JSON_DEPTH or -1, depth at ``stop``)."""
+    block = np.frombuffer(s, dtype=np.uint8, count=stop - j, offset=j)
+    opens = np.flatnonzero((block == 91) | (block == 123))  # [ {
+    closes = np.flatnonzero((block == 93) | (block == 125))  # ] }
+    del block
+    if not (len(opens) or len(closes)):
+        return -1, -1, open_
+    at = np.concatenate([opens, closes])
+    order = np.argsort(at, kind="stable")
+    at = at[order]
+    level = open_ + np.cumsum(np.where(order < len(opens), 1, -1), dtype=np.int64)
+    if int(level.max()) > MAX_JSON_DEPTH:
+        return -1, j + int(at[int(np.argmax(level > MAX_JSON_DEPTH))]), open_
+    closed = np.flatnonzero(level == depth)
+    if len(closed):
+        return j + int(at[closed[0]]) + 1, -1, depth
+    return -1, -1, int(level[-1])
 
 
 def _expect(s: Any, i: int, c: bytes, path: Path) -> int:
