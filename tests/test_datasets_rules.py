@@ -86,3 +86,48 @@ def test_data_not_found_is_the_api_input_error(tmp_path):
     msg = str(err.value)
     assert msg.startswith("femnist: no LEAF JSON files in ") and "\n" not in msg
     assert str(DataNotFound("one line")) == "one line"
+
+
+# ---------------------------------------------------------------- issue 27 item 3: a model sized by its input
+def _leaf_cnn_parameters(c: int, h: int, w: int, classes: int = 62, dense: int = 2048) -> int:
+    """LEAF's models/femnist/cnn.py by hand: two 5x5 'same' convs (32, 64) with 2x2 pools, dense, out."""
+    conv = (25 * c * 32 + 32) + (25 * 32 * 64 + 64)
+    flat = 64 * (h // 4) * (w // 4)
+    return conv + flat * dense + dense + dense * classes + classes
+
+
+def test_a_model_whose_size_follows_from_the_image_size_is_named():
+    from fedsim.models.leaf import leaf_cnn
+    from fedsim.models.size import size_note
+    from fedsim.scenario import parse_scenario
+
+    sc = parse_scenario({"data": {"name": "digits", "clients": 2}, "model": {"name": "leaf_cnn"},
+                         "round": {"policy": "window", "window": 5.0}})
+    big = leaf_cnn((3, 128, 128), 62)  # FedScale's stored images, converted to RGB, not resized
+    n = _leaf_cnn_parameters(3, 128, 128)
+    assert n == 134_400_510  # the issue's count
+    assert size_note(sc, (3, 128, 128), 62, big) == (
+        f"model leaf_cnn: 134,400,510 parameters (0.5 GiB as float32) for input (3, 128, 128): its size follows from "
+        f"the input's height and width ({_leaf_cnn_parameters(3, 64, 64):,} at (3, 64, 64)); resize the images "
+        "(e.g. FedScale's 32 x 32) if this is not the model you meant")
+    assert size_note(sc, (1, 28, 28), 62, leaf_cnn((1, 28, 28), 62)) is None  # LEAF's 6,603,710: small
+    assert size_note(sc, (3, 32, 32), 62, leaf_cnn((3, 32, 32), 62)) is None  # FedScale's transform
+
+
+def test_the_run_names_it_on_stderr_before_training(monkeypatch, capsys):
+    from fedsim.data.federated import FederatedData
+    from fedsim.models import size
+
+    monkeypatch.setattr(size, "LARGE_MODEL_PARAMETERS", 1000)
+    rng = np.random.default_rng(0)
+    parts = [(rng.random((4, 1, 16, 16), dtype=np.float32), rng.integers(0, 3, 4)) for _ in range(2)]
+    fd = FederatedData.from_clients(parts, client_test=parts, num_classes=3, name="tiny")
+    sc = {"rounds": 1, "model": {"name": "leaf_cnn", "options": {"dense": 8}},
+          "round": {"policy": "wait", "clients_per_round": 1, "local_steps": 1},
+          "algorithm": {"name": "fedavg", "lr": 0.01, "batch_size": 2}, "engine": {"threads": 1}}
+    fedsim.run(sc, data=fd)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("model leaf_cnn:")]
+    n = _leaf_cnn_parameters(1, 16, 16, classes=3, dense=8)
+    assert lines == [f"model leaf_cnn: {n:,} parameters (0.0 GiB as float32) for input (1, 16, 16): its size follows "
+                     f"from the input's height and width ({_leaf_cnn_parameters(1, 8, 8, 3, 8):,} at (1, 8, 8)); resize "
+                     "the images (e.g. FedScale's 32 x 32) if this is not the model you meant"]
