@@ -241,6 +241,20 @@ def test_png_of_9000_by_9000_pixels_is_refused_from_its_header(tmp_path):
     _refused("fedscale", root, "image of 9000 x 9000 pixels is larger than 16,777,216 pixels")
 
 
+def test_table_image_bombs_are_the_format_error(tmp_path):
+    """load_table's images: a 9000 x 9000 PNG (our bound), and one past Pillow's own bound
+    (``DecompressionBombError``, a traceback before): one line each."""
+    import pyarrow as pa
+    from PIL import Image
+
+    for side, problem in ((9000, "image of 9000 x 9000 pixels is larger than 16,777,216 pixels"),
+                          (14000, "image refused (Image size (196000000 pixels) exceeds limit")):
+        buf = io.BytesIO()
+        Image.new("L", (side, side)).save(buf, format="PNG", optimize=True)
+        table = pa.table({"c": ["a"], "x": pa.array([buf.getvalue()], pa.binary()), "y": [1]})
+        _refused("parquet", _table(tmp_path / f"d{side}", "parquet", table), f"client 'a': {problem}")
+
+
 def test_hdf5_gzip_bomb_is_refused_from_its_shape(tmp_path):
     def make(f, g):  # 5.6 GB declared, nothing written: the file stays small
         g.create_dataset("pixels", shape=(1_800_000, 28, 28), dtype=np.float32, chunks=(1000, 28, 28),
