@@ -306,9 +306,15 @@ def _map(path: Path):
         if size == 0:
             raise DataFormatError(path, "malformed JSON (empty file)")
         try:
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            m = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as err:
             raise DataFormatError(path, f"cannot read ({short(err)})") from None
+    if hasattr(mmap, "MADV_SEQUENTIAL"):  # read once, front to back: read ahead, drop behind
+        try:
+            m.madvise(mmap.MADV_SEQUENTIAL)
+        except OSError:
+            pass
+    return m
 
 
 def scan_leaf_file(path: Path) -> tuple[list[str], list[int], dict[str, tuple[int, int]], dict[str, int]]:
