@@ -33,7 +33,8 @@ baseline's client-steps/s beside plain torch's per-step time for the same model.
     python benchmarks/bench_datasets_full.py first-round /data/full [--dataset femnist] [--no-save]
     python benchmarks/bench_datasets_full.py speed /data/full [--rounds 5] [--no-save]
 
-Results: benchmarks/results/datasets_full.{csv,md}. Run alone on an idle machine.
+Results: benchmarks/results/datasets_full_first_round.{csv,md} and datasets_full_speed.{csv,md}. Run alone on
+an idle machine (the files should be in the page cache, or the first read is the disk's speed).
 """
 
 from __future__ import annotations
@@ -274,7 +275,8 @@ def first_round(root: Path, dataset: str, eval_clients: int | None, save: bool) 
           f"{row['round1_done_s']} s (peak {row['peak_mib_round1']} MiB, {row['round1_client_steps']} client-steps); "
           f"validate {row['validate_s']} s, opened {row['validate_opened_data_files']} files under {root}", flush=True)
     if save:
-        append("datasets_full", [row], "Full-size datasets: time and peak memory to the first round; validate's opens")
+        append("datasets_full_first_round", [row],
+               "Full-size datasets: time and peak memory to the first round; files fedsim validate opens")
     return row
 
 
@@ -330,7 +332,7 @@ def speed(root: Path, rounds: int, save: bool) -> dict:
           f"plain torch {row['torch_steps_s']} steps/s ({row['torch_step_ms']} ms/step, {threads} threads): "
           f"ratio {row['ratio']}", flush=True)
     if save:
-        append("datasets_full", [row], "Full-size datasets: time and peak memory to the first round; validate's opens")
+        append("datasets_full_speed", [row], "Full-size LEAF FEMNIST baseline: client-steps/s beside plain torch's step")
     return row
 
 
