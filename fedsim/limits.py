@@ -12,7 +12,9 @@ __all__ = [
     "MAX_SEED", "MAX_ROUNDS", "MAX_CLIENTS", "MIN_SPEED", "MAX_SPEED", "MIN_SLOWDOWN", "MAX_SLOWDOWN",
     "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS", "MAX_COMPARE_RUNS", "MAX_EVAL_ROWS",
     "MIN_DIURNAL_PERIOD", "MIN_DIURNAL_LEVEL", "MAX_TRACE_BYTES", "MAX_TRACE_ROWS", "MAX_PART_ROWS", "MAX_DPI",
-    "MAX_CORE_WAIT_S",
+    "MAX_CORE_WAIT_S", "MAX_LEAF_FILE_BYTES", "MAX_JSON_VALUE_BYTES", "MAX_JSON_DEPTH", "MAX_MAPPING_BYTES",
+    "MAX_DATA_ROWS", "MAX_LINE_BYTES", "MAX_SAMPLE_BYTES", "MAX_IMAGE_PIXELS", "MAX_DECODED_BYTES",
+    "MAX_TEST_BYTES",
 ]
 
 #: Largest scenario file read (bytes).
@@ -70,3 +72,30 @@ MAX_PART_ROWS = 2**24
 MAX_DPI = 600
 #: Longest wait (seconds) for a shared core slot before a run stops taking turns (info.yaml says so).
 MAX_CORE_WAIT_S = 600.0
+
+# --------------------------------------------------------------------------- dataset files (fedsim/data/formats)
+#: Largest LEAF JSON file (bytes, 4 GiB). Files are scanned through a memory map, so this bounds
+#: the time of opening a folder, not its memory.
+MAX_LEAF_FILE_BYTES = 2**32
+#: Largest JSON value parsed at once (bytes, 64 MiB): a LEAF file's ``users`` or ``num_samples``
+#: list, or one user's ``{"x": ..., "y": ...}``.
+MAX_JSON_VALUE_BYTES = 64 * 2**20
+#: Deepest nesting of JSON arrays and objects in a LEAF file (LEAF's own files nest 4 deep).
+MAX_JSON_DEPTH = 32
+#: Largest FedScale ``client_data_mapping`` CSV (bytes, 1 GiB).
+MAX_MAPPING_BYTES = 2**30
+#: Most examples (rows) of a FedScale mapping CSV or a Parquet/Arrow table.
+MAX_DATA_ROWS = 10**7
+#: Longest line of a FedScale mapping CSV (bytes).
+MAX_LINE_BYTES = 2**16
+#: Largest sample file a FedScale mapping names (an image; bytes, 64 MiB).
+MAX_SAMPLE_BYTES = 64 * 2**20
+#: Most pixels of one decoded image (width x height; 4096 x 4096), checked from its header before
+#: it is decoded.
+MAX_IMAGE_PIXELS = 2**24
+#: Most bytes one read may decode to (512 MiB), checked before decoding from what the file
+#: declares: one client's arrays (images, HDF5 datasets, a SQLite blob once decompressed), one
+#: Parquet row group or column chunk, one compressed Arrow record batch.
+MAX_DECODED_BYTES = 2**29
+#: Most bytes a shared test set (pooled from a test file's clients or rows) may hold (4 GiB).
+MAX_TEST_BYTES = 2**32

@@ -80,3 +80,60 @@ def test_readers_table_names_real_functions():
 def test_validation_threshold():
     mib = int(re.search(r"LEAF folders up to (\d+) MiB are decoded in full", PAGE).group(1))
     assert mib * 2**20 == VALIDATE_BYTES
+
+
+# ---------------------------------------------------------------- issue 27: formats, options, sizes
+def test_named_datasets_options_column_matches_the_factories():
+    from types import SimpleNamespace
+
+    from fedsim.errors import ScenarioError
+
+    rows = {r[0].strip("`"): r for r in _rows("`data.name`")}
+    factories = {"femnist": femnist_mod.femnist, "shakespeare": shakespeare_mod.shakespeare,
+                 "femnist_fedscale": femnist_mod.femnist_fedscale}
+    for name, row in rows.items():
+        key, _, values = row[6].partition(": ")  # `epoch_rule`: `ceil` or `floor`
+        key, choices = key.strip("`"), [v.strip("` ") for v in values.split(" or ")]
+        with pytest.raises(ScenarioError) as err:  # the message lists the same choices, default first
+            factories[name](SimpleNamespace(root="/nonexistent", options={key: "?"}), 0)
+        assert str(err.value).startswith(f"data.options.{key}: must be " + " or ".join(repr(c) for c in choices))
+
+
+def test_formats_statements_match_the_code():
+    from fedsim.data.formats import fedjax_sqlite, pfl_hdf5
+    from fedsim.data.formats.images import FEDSCALE_MNIST
+    from fedsim.data.formats.leaf import LEAF_EPOCHS
+
+    text = " ".join(PAGE.split())
+    assert FEDSCALE_MNIST.mode == "RGB" and FEDSCALE_MNIST.size == (32, 32) and "`Resize((32, 32))`" in text
+    assert FEDSCALE_MNIST.mean == (0.1307,) * 3 and FEDSCALE_MNIST.std == (0.3081,) * 3
+    assert "`Normalize((0.1307,), (0.3081,))` on each channel" in text
+    assert LEAF_EPOCHS == "ceil" and "tau_i = E ceil(n_i / B)" in text
+    assert pfl_hdf5.TFF_KEYS == ("pixels", "label") and pfl_hdf5.PFL_KEYS == ("inputs", "targets")
+    import inspect
+
+    assert 'preprocess: Literal["emnist"] | None = "emnist"' in inspect.getsource(fedjax_sqlite.load_fedjax_sqlite)
+    assert "--tf 0.8" in shakespeare_mod.SHAKESPEARE_SOURCE and " -tf 0.8" not in shakespeare_mod.SHAKESPEARE_SOURCE
+    assert "./preprocess.sh -s niid --sf 1.0 -k 0 -t sample --tf 0.8" in text
+    assert "`Image.ANTIALIAS`" in text and "Pillow 10" in text
+
+
+def test_model_size_statements():
+    import torch
+
+    from fedsim.models.size import LARGE_MODEL_PARAMETERS, size_note
+    from fedsim.scenario import parse_scenario
+
+    text = " ".join(PAGE.split())
+    for shape, words in (((1, 28, 28), "at 1x28x28"), ((3, 32, 32), "at FedScale's 3x32x32"),
+                         ((3, 128, 128), "at NIST's stored 3x128x128")):
+        with torch.device("meta"):
+            n = _params(leaf_cnn(shape, 62))
+        assert f"{n:,} {words}" in text or f"{n:,} parameters {words}" in text, (shape, n)
+    assert LARGE_MODEL_PARAMETERS == 10_000_000 and "more than 10 million parameters" in text
+    sc = parse_scenario({"data": {"name": "digits", "clients": 2}, "model": {"name": "leaf_cnn"},
+                         "round": {"policy": "window", "window": 5.0}})
+    with torch.device("meta"):
+        big = leaf_cnn((3, 128, 128), 62)
+    note = size_note(sc, (3, 128, 128), 62, big)
+    assert f"`{note}`" in text

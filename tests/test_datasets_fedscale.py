@@ -36,7 +36,7 @@ def _fedscale(root, rows_train, rows_test, images):
         (root / rel).write_bytes(data)
 
 
-def test_fedscale_mapping_clients_images_and_test_parts(tmp_path):
+def test_fedscale_mapping_clients_images_and_shared_test_set(tmp_path):
     rng = np.random.default_rng(0)
     px = {f"train/img{i}.png": rng.integers(0, 256, (28, 28)) for i in range(4)}
     px["test/t0.png"] = rng.integers(0, 256, (28, 28))
@@ -46,12 +46,14 @@ def test_fedscale_mapping_clients_images_and_test_parts(tmp_path):
     test = [(2, "test/t0.png", "b", 1), (7, "test/t1.png", "a", 3)]
     _fedscale(tmp_path, train, test, {k: _png(v) for k, v in px.items()})
     fd = load_fedscale(tmp_path, num_classes=62, name="femnist_fedscale")
-    assert fd.client_ids == ("2", "7") and fd.sizes.tolist() == [1, 3]
-    x, y = fd.client_data(1)
+    assert fd.client_ids == ("7", "2") and fd.sizes.tolist() == [3, 1]  # FedScale: by first appearance
+    x, y = fd.client_data(0)
     assert x.shape == (3, 1, 28, 28) and y.tolist() == [3, 0, 3]
     np.testing.assert_allclose(x[1, 0] * 255, px["train/img2.png"], atol=1e-4)
-    xt, yt = fd.client_test(0)
+    assert fd.client_test is None  # test.csv is FedScale's one shared test set, in its row order
+    xt, yt = fd.test
     np.testing.assert_allclose(xt[0, 0] * 255, px["test/t0.png"], atol=1e-4)
+    assert yt.tolist() == [1, 3]
     assert load_fedscale(tmp_path).num_classes == 4  # default: largest label_id + 1
 
 

@@ -110,12 +110,12 @@ def test_fedjax_sqlite_clients(tmp_path):
     _sqlite(tmp_path / "federated_emnist_train.sqlite", tr)
     _sqlite(tmp_path / "federated_emnist_test.sqlite", te)
     fd = load_fedjax_sqlite(tmp_path / "federated_emnist_train.sqlite", test=tmp_path / "federated_emnist_test.sqlite",
-                            num_classes=62)
-    assert fd.client_ids == ("f1", "f2") and fd.sizes.tolist() == [2, 3]
-    x, y = fd.client_data(1)
+                            x_key="x", y_key="y", preprocess=None, num_classes=62)
+    assert fd.client_ids == ("f2", "f1") and fd.sizes.tolist() == [3, 2]  # FedJAX's rowid order
+    x, y = fd.client_data(0)
     np.testing.assert_array_equal(x[:, 0], tr[b"f2"]["x"])
     assert x.shape == (3, 1, 28, 28) and y.dtype == np.int64 and y.tolist() == tr[b"f2"]["y"].tolist()
-    assert fd.client_test(0)[1].tolist() == [5]
+    assert fd.client_test(1)[1].tolist() == [5]
 
 
 def test_fedjax_sqlite_bad_input(tmp_path):
@@ -141,7 +141,7 @@ def test_fedjax_sqlite_bad_input(tmp_path):
         bad.unlink(missing_ok=True)
         write()
         with pytest.raises(DataFormatError) as err:
-            load_fedjax_sqlite(bad, test=good, num_classes=3).client_data(0)
+            load_fedjax_sqlite(bad, test=good, x_key="x", y_key="y", preprocess=None, num_classes=3).client_data(0)
         assert problem in _one_line(err, bad)
     with pytest.raises(DataNotFound, match="emnist: no file"):
         load_fedjax_sqlite(tmp_path / "none.sqlite", test=good, name="emnist")

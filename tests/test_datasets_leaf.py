@@ -54,9 +54,9 @@ def test_index_spans_are_byte_offsets_even_with_utf8_in_the_file(tmp_path):
     users = {"é-writer": femnist_user(rng, 2), "plain": femnist_user(rng, 3)}
     path = tmp_path / "a.json"
     write_leaf_file(path, users, ensure_ascii=False, hierarchies=["ü ∑ [{\"]"])
-    names, counts, spans = scan_leaf_file(path)
+    names, counts, spans, found = scan_leaf_file(path)
     raw = path.read_bytes()
-    assert names == list(users) and counts == [2, 3]
+    assert names == list(users) and counts == [2, 3] and found == {"é-writer": 2, "plain": 3}
     for u, (x, y) in users.items():
         start, end = spans[u]
         assert json.loads(raw[start:end]) == {"x": x, "y": y}
@@ -76,7 +76,7 @@ def test_clients_are_read_on_demand(tmp_path, monkeypatch):
     write_leaf_folder(tmp_path, femnist_user, SIZES)
     calls = []
     orig = LeafIndex.read
-    monkeypatch.setattr(LeafIndex, "read", lambda self, i: calls.append(self.users[i]) or orig(self, i))
+    monkeypatch.setattr(LeafIndex, "read", lambda self, i, **kw: calls.append(self.users[i]) or orig(self, i, **kw))
     fd = load_femnist(tmp_path, validate_bytes=0)  # index only: no user parsed
     assert calls == []
     fd.client_data(2)
@@ -121,12 +121,13 @@ PIX = [0.5] * 784
         ('{"users": ["u"], "num_samples": [1], "user_data": {"u": {"x": [[0.1', "malformed JSON"),
         ("[1, 2]", "expected '{'"),
         ('{"users": ["u"], "num_samples": [1]}', "no 'user_data'"),
-        (_doc(["u"], [0], u={"x": [], "y": []}), "user 'u': no samples"),
         (_doc(["u"], [2], u={"x": [PIX, PIX], "y": [1]}), "user 'u': x has 2 examples, y 1"),
         (_doc(["u"], [1], u={"x": [PIX], "y": [62]}), "user 'u': label 62 out of range [0, 62)"),
         (_doc(["u"], [1], u={"x": [PIX], "y": [-1]}), "label -1 out of range"),
         (_doc(["u"], [1], u={"x": [[0.5] * 10], "y": [1]}), "784 numbers"),
-        (_doc(["u"], [2], u={"x": [PIX], "y": [1]}), "1 examples, the file declares 2"),
+        (_doc(["u"], [2], u={"x": [PIX], "y": []}), "user 'u': x has 1 examples, y 0"),
+        (_doc(["u"], [1], u={"y": [1]}), 'user \'u\': expected {"x": [...], "y": [...]}'),
+        (_doc(["u"], [2**70], u={"x": [PIX], "y": [1]}), "'num_samples': 1180591620717411303424 is not a count"),
         (_doc(["u", "v"], [1], u={"x": [PIX], "y": [1]}), "2 users but 1 num_samples"),
         (_doc(["u", "v"], [1, 1], u={"x": [PIX], "y": [1]}), "user 'v' is listed but has no user_data"),
         (_doc(["ok"], [1], ok={"x": [PIX], "y": [1]}), "user 'ok' also appears in"),
@@ -135,6 +136,34 @@ PIX = [0.5] * 784
 )
 def test_bad_leaf_files_are_one_line_naming_file_and_problem(tmp_path, text, problem):
     assert problem in _bad(tmp_path, text)
+
+
+def test_declared_counts_that_differ_are_read_as_found_and_noted(tmp_path):
+    """LEAF's reader reads the x and y lists and never checks num_samples (issue 27 item 1)."""
+    rng = np.random.default_rng(4)
+    a, b = femnist_user(rng, 3), femnist_user(rng, 2)
+    doc = {"users": ["a", "b"], "num_samples": [5, 2], "user_data": {"a": {"x": a[0], "y": a[1]}, "b": {"x": b[0], "y": b[1]}}}
+    for split in ("train", "test"):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / "d.json").write_text(json.dumps(doc))
+    fd = load_femnist(tmp_path)
+    assert fd.sizes.tolist() == [3, 2] and len(fd.client_data(0)[1]) == 3 and len(fd.client_test(0)[1]) == 3
+    assert len(fd.notes) == 2  # one per folder
+    assert fd.notes[0] == (f"{tmp_path / 'train'}: 1 of 2 users hold other counts than num_samples declares (5 declared, "
+                           "3 found; e.g. 'a': 5 declared, 3 found); the examples are read, as LEAF's reader does")
+
+
+def test_users_without_examples_are_left_out_of_training_with_a_note(tmp_path):
+    """LEAF's sample split keeps users with fewer than 2 samples as empty user_data entries."""
+    rng = np.random.default_rng(5)
+    a = femnist_user(rng, 2)
+    for split, users in (("train", {"a": a, "z": ([], [])}), ("test", {"a": ([], []), "z": ([], [])})):
+        write_leaf_file(tmp_path / split / "d.json", users, )
+    fd = load_femnist(tmp_path)
+    assert fd.client_ids == ("a",) and fd.sizes.tolist() == [2]
+    assert "1 user(s) of user_data hold no examples and are left out (e.g. 'z'" in fd.notes[0]
+    xt, yt = fd.client_test(0)  # an empty test part keeps the example shape
+    assert xt.shape == (0, 1, 28, 28) and yt.shape == (0,)
 
 
 def test_shakespeare_character_outside_the_vocabulary(tmp_path):
@@ -175,3 +204,28 @@ def test_any_json_formatting_of_the_same_document(tmp_path, dump):
     fd = load_femnist(tmp_path)
     assert fd.client_ids == ("w0", "w1") and fd.sizes.tolist() == [1, 2]
     assert fd.client_test(1)[1].tolist() == users["w1"][1]
+
+
+@pytest.mark.parametrize("block", [4096, 1 << 24])
+def test_long_numeric_stretches_are_matched_in_blocks(tmp_path, monkeypatch, block):
+    """Stretches without strings (FEMNIST's x: megabytes of numbers) are matched with numpy a block
+    at a time; the spans must equal the ones JSON itself gives, whatever the block size."""
+    from fedsim.data.formats import leaf
+
+    monkeypatch.setattr(leaf, "_BLOCK", block)
+    rng = np.random.default_rng(6)
+    users = {"big": femnist_user(rng, 40), 'b[r]a{c}e"s': femnist_user(rng, 2), "z": femnist_user(rng, 30)}
+    path = tmp_path / "a.json"
+    write_leaf_file(path, users, hierarchies=[[["]"]]])
+    assert path.stat().st_size > 3 * leaf._FAST_MIN
+    names, counts, spans, found = scan_leaf_file(path)
+    raw = path.read_bytes()
+    for u, (x, y) in users.items():
+        start, end = spans[u]
+        assert json.loads(raw[start:end]) == {"x": x, "y": y} and found[u] == len(y)
+    deep = "[" * 40 + "1, " * 30000 + "1" + "]" * 40
+    text = '{"users": ["u"], "num_samples": [1], "user_data": {"u": {"x": ' + deep + ', "y": [1]}}}'
+    path.write_text(text)
+    at = text.index("[[") + 29  # the file, user_data and the user are 3 levels; x's 30th bracket is the 33rd
+    with pytest.raises(DataFormatError, match=rf"a\.json: JSON nested deeper than 32 levels at byte {at}$"):
+        scan_leaf_file(path)

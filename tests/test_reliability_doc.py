@@ -81,3 +81,21 @@ def test_the_import_path_rule_matches_the_code():
     assert "`distribution D V (entry point E)`, `plugin module M`" in text
     assert 'f"distribution {dist.name} {dist.version} (entry point {ep.name})"' in src
     assert 'f"plugin module {name}"' in src
+
+
+def test_dataset_file_rules_match_the_readers():
+    """The Dataset files section (issue 28): its numbers and names are the readers'."""
+    import inspect
+
+    from fedsim.data.formats import errors, fedjax_sqlite, files, images, leaf
+
+    text = " ".join(DOC.read_text().split())
+    assert "`tests/test_fuzz_datasets.py`" in text and (Path(__file__).parent / "test_fuzz_datasets.py").is_file()
+    assert "O_NONBLOCK" in inspect.getsource(files) and "non-blocking and checked on the open descriptor" in text
+    assert errors.SHORT == 60 and "longer than 60 characters are cut" in text
+    assert "2**24" in inspect.getsource(fedjax_sqlite) and "decompressed in 16 MiB steps" in text
+    assert limits.MAX_IMAGE_PIXELS < 9000 * 9000 and "9000 x 9000 is refused" in text
+    assert limits.MAX_IMAGE_PIXELS == 4096 * 4096 and "(4096 x 4096)" in text
+    assert "MAX_JSON_DEPTH" in inspect.getsource(leaf) and "mmap" in inspect.getsource(leaf)
+    assert 'simplefilter("error", Image.DecompressionBombWarning)' in inspect.getsource(images)
+    assert "as_uri()" in inspect.getsource(fedjax_sqlite) and '"?mode=ro"' in inspect.getsource(fedjax_sqlite)

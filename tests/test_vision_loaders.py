@@ -199,3 +199,20 @@ def test_build_dataset_on_real_files_subsamples_with_seed(tmp_path, cifar_md5_of
     assert picked == sorted(picked)  # a subset, original order kept
     np.testing.assert_array_equal(a.y_train, full[1][picked])
     assert sorted(np.concatenate(a.client_indices).tolist()) == list(range(6))
+
+
+@pytest.mark.parametrize("which", ["wnids.txt", "val/val_annotations.txt", "train/n01/images/n01_1.JPEG"])
+def test_tinyimagenet_fifo_is_refused_without_blocking(tmp_path, which):
+    """Issue 28 item 1: a FIFO where a listing or an image is expected: one line, never a hang."""
+    import os
+
+    from fedsim.errors import ScenarioError
+
+    base, _ = write_tinyimagenet(tmp_path)
+    (base / which).unlink()
+    os.mkfifo(base / which)
+    with pytest.raises(ScenarioError) as err:  # listings: not found as files; an image: not a regular file
+        load_vision("tinyimagenet", str(tmp_path), download=False)
+    assert str(err.value).endswith("not a regular file (a FIFO)") or "tinyimagenet: " in str(err.value)
+    if which.endswith(".JPEG"):
+        assert str(err.value) == f"{base / which}: not a regular file (a FIFO)"

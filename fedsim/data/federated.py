@@ -44,6 +44,13 @@ class FederatedData:
             evaluation sample stops the run there (one line, exit 2, rows kept). ``"all"``: before
             the run folder is touched, every client's ``client_data(k)`` is fetched and checked
             once, one client at a time and discarded: one extra call per client.
+        epoch_rule: How many local steps one epoch of ``round.local_epochs`` is for client i with
+            batch size B: ``"floor"`` (default): tau_i = floor(E n_i / B), E passes over a running
+            stream of B-example batches; ``"ceil"``: tau_i = E ceil(n_i / B), an epoch ending with
+            a smaller batch as LEAF's ``batch_data`` (so a client with n_i < B still takes a step;
+            fedsim's batches keep B examples, continuing the stream). LEAF's readers set ``"ceil"``.
+        notes: What the reader found worth saying (e.g. counts that differ from what a file
+            declares), one line each; recorded in info.yaml as ``data_notes``.
     """
 
     sizes: np.ndarray
@@ -57,6 +64,8 @@ class FederatedData:
     std: tuple[float, ...] | None = None
     augment: bool = False
     check_clients: Literal["touched", "all"] = "touched"
+    epoch_rule: Literal["floor", "ceil"] = "floor"
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         sizes = np.asarray(self.sizes)
@@ -78,6 +87,11 @@ class FederatedData:
             raise ValueError(f"{self.name}: give both mean and std or neither")
         if self.check_clients not in ("touched", "all"):
             raise ValueError(f"{self.name}: check_clients must be 'touched' or 'all', got {self.check_clients!r}")
+        if self.epoch_rule not in ("floor", "ceil"):
+            raise ValueError(f"{self.name}: epoch_rule must be 'floor' or 'ceil', got {self.epoch_rule!r}")
+        if isinstance(self.notes, str) or not all(isinstance(n, str) for n in self.notes):
+            raise TypeError(f"{self.name}: notes must be a tuple of strings")
+        object.__setattr__(self, "notes", tuple(" ".join(n.split()) for n in self.notes))
 
     @property
     def num_clients(self) -> int:

@@ -19,7 +19,8 @@ import numpy as np
 
 from fedsim.data.federated import FederatedData
 from fedsim.data.formats.errors import DataFormatError
-from fedsim.data.formats.leaf import VALIDATE_BYTES, load_leaf
+from fedsim.data.formats.leaf import LEAF_EPOCHS, VALIDATE_BYTES, load_leaf
+from fedsim.data.options import dataset_options
 
 __all__ = ["LETTERS", "SEQ_LEN", "SHAKESPEARE_SOURCE", "load_shakespeare", "shakespeare"]
 
@@ -27,7 +28,7 @@ LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmn
 SEQ_LEN = 80
 SHAKESPEARE_SOURCE = (
     "get Shakespeare from LEAF (github.com/TalwalkarLab/leaf: data/shakespeare/preprocess.sh, e.g. "
-    "-s niid --sf 1.0 -k 0 -t sample -tf 0.8) and set data.root to the folder holding its train/ and test/"
+    "-s niid --sf 1.0 -k 0 -t sample --tf 0.8) and set data.root to the folder holding its train/ and test/"
 )
 _TABLE = np.full(256, -1, dtype=np.int64)
 for _i, _c in enumerate(LETTERS):
@@ -59,14 +60,17 @@ def decode_shakespeare(x: list, y: list, where: Path, who: str) -> tuple[np.ndar
     return inputs, targets
 
 
-def load_shakespeare(root: str | Path, *, validate_bytes: int = VALIDATE_BYTES) -> FederatedData:
-    """Shakespeare from LEAF's ``train/`` and ``test/`` JSON folders under ``root``, one client per role."""
+def load_shakespeare(root: str | Path, *, validate_bytes: int = VALIDATE_BYTES,
+                     epoch_rule: str = LEAF_EPOCHS) -> FederatedData:
+    """Shakespeare from LEAF's ``train/`` and ``test/`` JSON folders under ``root``, one client per
+    role; ``epoch_rule`` (default LEAF's ``ceil``): :attr:`FederatedData.epoch_rule`."""
     return load_leaf(root, decode_shakespeare, name="shakespeare", num_classes=len(LETTERS),
-                     source=SHAKESPEARE_SOURCE, validate_bytes=validate_bytes)
+                     source=SHAKESPEARE_SOURCE, validate_bytes=validate_bytes, epoch_rule=epoch_rule)
 
 
 def shakespeare(config: Any, seed: int) -> FederatedData:
-    """Dataset factory (``data: {name: shakespeare, root: DIR}``); the partition is the roles', so
-    ``seed`` is unused."""
+    """Dataset factory (``data: {name: shakespeare, root: DIR, options: {epoch_rule: ceil | floor}}``);
+    the partition is the roles', so ``seed`` is unused."""
     del seed
-    return load_shakespeare(getattr(config, "root", "data"))
+    opts = dataset_options(config, "shakespeare", {"epoch_rule": (LEAF_EPOCHS, "floor")})
+    return load_shakespeare(getattr(config, "root", "data"), epoch_rule=opts["epoch_rule"])

@@ -160,7 +160,7 @@ def _load_tinyimagenet(root: str, download: bool) -> tuple[np.ndarray, ...]:
         raise DataNotFound(
             f"tinyimagenet: no tiny-imagenet-200 under {root}; set data.download: true or unzip {TINY_URL} there"
         )
-    wnids = sorted({w.strip() for w in (base / "wnids.txt").read_text().split() if w.strip()})
+    wnids = sorted({w.strip() for w in _read_text(base / "wnids.txt").split() if w.strip()})
     label_of = {w: i for i, w in enumerate(wnids)}
     train_files, train_labels = [], []
     for w in wnids:
@@ -173,7 +173,7 @@ def _load_tinyimagenet(root: str, download: bool) -> tuple[np.ndarray, ...]:
     if not ann.is_file():
         raise DataNotFound(f"tinyimagenet: missing {ann}; re-extract {TINY_URL} under {base.parent}")
     test_files, test_labels = [], []
-    for line in ann.read_text().splitlines():
+    for line in _read_text(ann).splitlines():
         fields = line.split("\t")
         if len(fields) < 2:
             continue
@@ -189,19 +189,48 @@ def _load_tinyimagenet(root: str, download: bool) -> tuple[np.ndarray, ...]:
     )
 
 
+def _read_text(path: Path) -> str:
+    """A listing file of the dataset (a regular file of at most MAX_MAPPING_BYTES, UTF-8)."""
+    from fedsim.data.formats.files import open_regular
+    from fedsim.limits import MAX_MAPPING_BYTES
+
+    with open_regular(path, MAX_MAPPING_BYTES) as fh:
+        data = fh.read(MAX_MAPPING_BYTES + 1)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataCorrupted(f"tinyimagenet: {path} is not UTF-8 text ({err.reason})") from None
+
+
 def _read_jpegs(files: list[Path]) -> np.ndarray:
-    """Decode images to float32 ``(N, 3, H, W)`` in [0, 1] (grayscale ones converted to RGB)."""
+    """Decode images to float32 ``(N, 3, H, W)`` in [0, 1] (grayscale ones converted to RGB).
+
+    Each must be a regular file (a FIFO or a device is refused before it is read) of at most
+    ``MAX_SAMPLE_BYTES``, and declare at most ``MAX_IMAGE_PIXELS`` pixels in its header."""
+    import io
+    import warnings
+
     from PIL import Image
+
+    from fedsim.data.formats.files import open_regular
+    from fedsim.limits import MAX_IMAGE_PIXELS, MAX_SAMPLE_BYTES
 
     out: np.ndarray | None = None
     for i, path in enumerate(files):
+        if not path.exists() and not path.is_symlink():
+            raise DataNotFound(f"tinyimagenet: missing image {path}")
+        with open_regular(path, MAX_SAMPLE_BYTES) as fh:
+            data = fh.read(MAX_SAMPLE_BYTES + 1)
         try:
-            with Image.open(path) as im:
-                arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
-        except FileNotFoundError as err:
-            raise DataNotFound(f"tinyimagenet: missing image {path}") from err
-        except OSError as err:
-            raise DataCorrupted(f"tinyimagenet: cannot decode {path} ({_first_line(err)})") from err
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(io.BytesIO(data)) as im:
+                    if im.size[0] * im.size[1] > MAX_IMAGE_PIXELS:
+                        raise DataCorrupted(f"tinyimagenet: {path} declares {im.size[0]} x {im.size[1]} pixels, "
+                                            f"more than {MAX_IMAGE_PIXELS:,}")
+                    arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombWarning, Image.DecompressionBombError) as err:
+            raise DataCorrupted(f"tinyimagenet: cannot decode {path} ({_first_line(err)})") from None
         if out is None:
             out = np.empty((len(files), 3, *arr.shape[:2]), dtype=np.float32)
         if arr.shape[:2] != out.shape[2:]:

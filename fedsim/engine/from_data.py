@@ -176,4 +176,6 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
         eval_clients=sample,
         loss_fn=loss,
         buffers=buffers,
+        epoch_rule=data.epoch_rule,  # issue 27 (data helper)
+        data_notes=data.notes,
     )

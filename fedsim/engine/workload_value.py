@@ -60,6 +60,9 @@ class Workload:
     engine_path: str = "batched"
     # closed-form metrics added to every evaluation (quadratic: train_loss, dist_to_opt)
     extra_metrics: Callable[[Tensors], dict] | None = None
+    # issue 27 (data helper): a FederatedData's epoch rule (fedsim.data.epochs) and reader notes (info.yaml)
+    epoch_rule: str = "floor"
+    data_notes: tuple[str, ...] = ()
 
     @property
     def is_quadratic(self) -> bool:

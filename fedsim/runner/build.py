@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +54,13 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     device = resolve_device(sc.engine.device)
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
     work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
+    # issue 27 item 3 (data helper): a model whose size follows from an unexpected input shape is named before training
+    if work.module is not None:
+        from ..models.size import size_note
+
+        note = size_note(sc, work.input_shape, work.num_classes or None, work.module, model)
+        if note:
+            print(note, file=sys.stderr, flush=True)
     check_ranks(work, distributed.world()[1])  # torchrun: a model with buffers, before the folder
     alg = Algorithm.build(sc.algorithm_spec)  # every part looked up once, for the whole run
     alg.check(work.init_params)  # the pieces' state on one step: one line, exit 2
@@ -74,7 +82,7 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
                          count_flops=sc.system.compute is not None, payload=sc.system.payload_bytes,
                          **compressors(sc))
         check_compute_steps(sc, cost.step_flops)  # issue 21.18: needs the model's FLOPs
-    return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost), cost)
+    return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost, epoch_rule=work.epoch_rule), cost)
 
 
 def compressors(sc: Scenario) -> dict:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..clock import Clock, Population, WorkCost
 
 __all__ = ["build_clock"]
@@ -17,11 +19,20 @@ def build_clock(
     *,
     fast: bool | None = None,
     cost: WorkCost | None = None,
+    epoch_rule: str = "floor",
 ) -> Clock:
     """The clock of a :class:`~fedsim.scenario.Scenario`: its system, round policy, seed and
     ``algorithm.batch_size`` (only for ``local_epochs``), over clients with n_i = ``client_sizes``
     and p_i = ``weights`` (default n_i / n). ``cost`` (FLOPs per step, bytes per transfer) is
-    needed by ``system.compute`` and ``system.network``. Nothing else of the algorithm is read."""
+    needed by ``system.compute`` and ``system.network``. Nothing else of the algorithm is read.
+    ``epoch_rule``: the data's steps per epoch (:mod:`fedsim.data.epochs`; LEAF's ``ceil``), given
+    to the clock as the sizes it counts ``local_epochs`` over (p_i stay n_i / n)."""
+    from ..data.epochs import epoch_sizes
+
+    if epoch_rule != "floor":  # issue 27 item 6: the clock counts floor(E m_i / B) over m_i = ceil(n_i / B) B
+        n = np.asarray(client_sizes, dtype=np.int64)
+        weights = n / n.sum() if weights is None else weights
+        client_sizes = epoch_sizes(n, scenario.algorithm.batch_size, epoch_rule)
     return Clock(
         scenario.system.value(scenario.algorithm.batch_size),
         scenario.round.value(scenario.algorithm.batch_size),

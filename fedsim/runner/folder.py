@@ -395,6 +395,7 @@ def info_text(sc: Scenario, engine, cost=None) -> str:
         "clients_per_batch": engine.chunk,
         **eval_info(work),
         **(cost_info(cost) if cost is not None else {}),
+        **({"data_notes": list(work.data_notes)} if getattr(work, "data_notes", ()) else {}),  # issue 27 (data)
         "threads": threads_info(),
         "fedsim": __version__,
         "torch": str(torch.__version__),

@@ -8,8 +8,34 @@ from typing import Any
 import numpy as np
 
 from fedsim.errors import ScenarioError
+from fedsim.limits import MAX_TEST_BYTES
 
-__all__ = ["DataFormatError", "check_client", "labels_array", "test_parts"]
+__all__ = ["DataFormatError", "check_client", "labels_array", "test_parts", "short", "who", "check_finite",
+           "pooled_test"]
+
+#: Longest id or value a message quotes whole; longer ones are cut (``'aaaa...' (2,000,000 characters)``).
+SHORT = 60
+
+
+def short(text: Any, limit: int = SHORT) -> str:
+    """``text`` as a string of at most about ``limit`` characters: cut, saying how long it was."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def who(kind: str, name: Any) -> str:
+    """``kind 'name'`` for messages, the name cut to :data:`SHORT` characters."""
+    text = str(name)
+    if len(text) <= SHORT:
+        return f"{kind} {text!r}"
+    return f"{kind} {text[:SHORT]!r}... ({len(text):,} characters)"
+
+
+def _value(v: Any) -> str:
+    """A value as it was written (a float as Python writes it, never an overflowed integer), cut."""
+    return short(repr(v) if isinstance(v, float) else v, 40)
 
 
 class DataFormatError(ScenarioError):
@@ -23,19 +49,32 @@ class DataFormatError(ScenarioError):
 
 def labels_array(y: Any, where: str | Path, who: str, num_classes: int | None) -> np.ndarray:
     """``y`` as int64 class labels in ``[0, num_classes)`` (any target when ``num_classes`` is None)."""
-    arr = np.asarray(y)
+    try:
+        arr = np.asarray(y)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise DataFormatError(where, f"{who}: labels are not an array ({short(err)})") from None
     if num_classes is None:
         return arr
     if arr.ndim != 1:
         raise DataFormatError(where, f"{who}: labels must be one integer per example, got shape {arr.shape}")
+    if arr.dtype == object:  # Python integers beyond int64, or mixed values
+        for v in arr.tolist():
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise DataFormatError(where, f"{who}: label {_value(v)} is not an integer")
+            if not 0 <= v < num_classes:
+                raise DataFormatError(where, f"{who}: label {_value(v)} out of range [0, {num_classes})")
+        arr = np.asarray(arr.tolist(), dtype=np.float64)
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.floating) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
+        if not np.issubdtype(arr.dtype, np.floating):
             raise DataFormatError(where, f"{who}: labels must be integers, got {arr.dtype}")
-    arr = arr.astype(np.int64)
-    bad = (arr < 0) | (arr >= num_classes)
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            raise DataFormatError(where, f"{who}: label {_value(float(arr[bad][0]))} is not an integer")
+    bad = (arr < 0) | (arr >= num_classes)  # before the cast: 1e30 is out of range, never -2**63
     if bad.any():
-        raise DataFormatError(where, f"{who}: label {int(arr[bad][0])} out of range [0, {num_classes})")
-    return arr
+        v = arr[bad][0]
+        raise DataFormatError(where, f"{who}: label {_value(v.item())} out of range [0, {num_classes})")
+    return arr.astype(np.int64)
 
 
 def check_client(x: Any, y: Any, where: str | Path, who: str, *, expected: int | None = None) -> None:
@@ -48,7 +87,13 @@ def check_client(x: Any, y: Any, where: str | Path, who: str, *, expected: int |
         raise DataFormatError(where, f"{who}: {len(y)} examples, the file declares {expected}")
 
 
-def test_parts(train_ids, test_ids, test_arrays):
+def check_finite(x: np.ndarray, where: str | Path, who: str, what: str) -> None:
+    """Floating features hold no NaN or infinity (as the LEAF and HDF5 readers refuse them)."""
+    if np.issubdtype(x.dtype, np.floating) and x.size and not np.isfinite(x).all():
+        raise DataFormatError(where, f"{who}: {what} holds a non-finite value (NaN or infinity)")
+
+
+def test_parts(train_ids, test_ids, test_arrays, where: str | Path | None = None):
     """``(test, client_test)`` for :class:`~fedsim.data.FederatedData` from a test file's clients.
 
     When every training client has a test part (LEAF's per-user split), ``client_test(k)`` is
@@ -60,5 +105,17 @@ def test_parts(train_ids, test_ids, test_arrays):
     if all(c in at for c in train_ids):
         order = [at[c] for c in train_ids]
         return None, lambda k: test_arrays(order[k])
-    parts = [test_arrays(i) for i in range(len(test_ids))]
-    return (np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])), None
+    return pooled_test([test_arrays(i) for i in range(len(test_ids))], where), None
+
+
+def pooled_test(parts, where: str | Path | None = None):
+    """One shared test set ``(x, y)`` from ``(x, y)`` parts, at most ``MAX_TEST_BYTES`` (counted as
+    the parts are read, so a test file too big is refused after ``MAX_TEST_BYTES`` of it)."""
+    xs, ys, held = [], [], 0
+    for x, y in parts:
+        held += np.asarray(x).nbytes + np.asarray(y).nbytes
+        if held > MAX_TEST_BYTES:
+            raise DataFormatError(where or "test", f"the shared test set holds more than {MAX_TEST_BYTES:,} bytes")
+        xs.append(x)
+        ys.append(y)
+    return np.concatenate(xs), np.concatenate(ys)
