@@ -237,3 +237,28 @@ def test_fedscale_over_commitment_rounds_down_as_fedscale(tmp_path):
         rnd = RoundConfig(policy="overcommit", overcommit=1.3, clients_per_round=7, local_steps=2)
         (p,) = take(Clock(system.value(), rnd.value(4), Population.of([1] * 12), seed=0), 1)
         assert len(p.jobs) == picked
+
+
+def test_async_time_budget_with_fednova_normalisation_trains_as_fednova_windows(tmp_path):
+    """Issue 25 item 3, trained: concurrency = buffer = every client, no outages, unequal speeds
+    (tau_i = 5, 2, 10, 1 per job): FedBuff with FedNova's normalisation (normalize_async, constant
+    staleness) on a time budget S = 2.5 gives FedNova's windows of W = S + 2 latencies, round for
+    round (times, steps, distance to the optimum) and in the final model, to rounding."""
+    import torch
+
+    import fedsim
+
+    base = {"name": "eq", "seed": 3, "rounds": 6,
+            "data": {"name": "quadratic", "centers": [[1.0, 0.0], [0.0, 2.0], [-1.0, -1.0], [3.0, 1.0]],
+                     "weights": [1.0, 2.0, 3.0, 4.0]},
+            "system": {"speed": [2.0, 1.0, 4.0, 0.5], "latency": 0.25},
+            "algorithm": {"name": "fednova", "lr": 0.1, "batch_size": 1}, "engine": {"dtype": "float64"}}
+    w = fedsim.run({**base, "round": {"policy": "window", "window": 3.0}}, out=tmp_path / "w")
+    a = fedsim.run({**base, "round": {"policy": "async", "concurrency": 4, "buffer": 4, "local_time": 2.5},
+                    "algorithm": {"name": "fedbuff", "lr": 0.1, "batch_size": 1, "normalize_async": True,
+                                  "staleness": "constant"}}, out=tmp_path / "a")
+    assert a.rounds["sim_time"].tolist() == w.rounds["sim_time"].tolist() == [3.0, 6.0, 9.0, 12.0, 15.0, 18.0]
+    assert a.rounds["tau_mean"].tolist() == w.rounds["tau_mean"].tolist()
+    np.testing.assert_allclose(a.rounds["dist_to_opt"], w.rounds["dist_to_opt"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(torch.load(tmp_path / "a" / "model.pt").numpy(),
+                               torch.load(tmp_path / "w" / "model.pt").numpy(), rtol=0, atol=1e-12)
