@@ -9,11 +9,11 @@ from dataclasses import astuple
 import pandas as pd
 import yaml
 
-from fedsim.records import ClientRecord, RoundRecord, columns
+from fedsim.records import ClientRecord, RoundRecord, client_columns, columns
 
 # the columns a classification run writes: the records' fields (dist_to_opt only for quadratic data)
 ROUND_COLS = columns(RoundRecord, omit=("dist_to_opt",))
-CLIENT_COLS = columns(ClientRecord)
+CLIENT_COLS = client_columns()  # a run without the levers' columns (resumed, cut)
 
 
 def write_run(folder: Path, *, seed: int = 0, algorithm: str = "fedavg", policy: str = "window",
@@ -53,7 +53,7 @@ def write_run(folder: Path, *, seed: int = 0, algorithm: str = "fedavg", policy:
                                 available=3 if r == 1 else 4))
     pd.DataFrame([[getattr(x, k) for k in ROUND_COLS] for x in rows], columns=ROUND_COLS).to_csv(
         folder / "rounds.csv", index=False)
-    pd.DataFrame([astuple(x) for x in crow], columns=CLIENT_COLS).to_csv(folder / "clients.csv", index=False)
+    pd.DataFrame([[getattr(x, c) for c in CLIENT_COLS] for x in crow], columns=CLIENT_COLS).to_csv(folder / "clients.csv", index=False)
     (folder / "model.pt").write_bytes(b"fake")
     if partition:
         part = [[c, k, 5 + 3 * ((c + k) % 3)] for c in range(4) for k in range(3) if (c + k) % 4]

@@ -67,7 +67,8 @@ def test_work_cost_upload_follows_control_variates(name, variates):
     m = build_model("logreg", (6,), 3)
     cost = work_cost(m, (6,), 2, spec.uses_control_variates)
     size = (6 * 3 + 3) * 4
-    assert cost == WorkCost(step_flops=4 * 2 * 6 * 3, model_bytes=size, upload_bytes=size * (2 if variates else 1))
+    assert cost == WorkCost(step_flops=4 * 2 * 6 * 3, model_bytes=size, upload_bytes=size * (2 if variates else 1),
+                            params=6 * 3 + 3)
     assert cost_info(cost) == {"step_flops": 144, "model_bytes": size, "upload_bytes": cost.upload_bytes}
 
 
@@ -86,4 +87,4 @@ def test_work_cost_of_a_built_workload():
     assert work.input_shape == (60,)
     variates = resolve(sc.algorithm).uses_control_variates
     cost = work_cost(work.module, work.input_shape, sc.algorithm.batch_size, variates)
-    assert cost == WorkCost(step_flops=4 * 5 * 60 * 10, model_bytes=610 * 8, upload_bytes=2 * 610 * 8)
+    assert cost == WorkCost(step_flops=4 * 5 * 60 * 10, model_bytes=610 * 8, upload_bytes=2 * 610 * 8, params=610)
