@@ -319,5 +319,6 @@ def _check_ints(value: Any, path: str) -> None:
         for k, v in value.items():
             _check_ints(v, f"{path}.{k}" if path else str(k))
     elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_ints(v, f"{path}.{i}")
+        for i, v in enumerate(value):  # floats, the bulk of long per-client lists, need no call
+            if type(v) is not float:
+                _check_ints(v, f"{path}.{i}")
