@@ -341,3 +341,27 @@ def test_plot_arguments_exit_0_or_2(target, dpi, rounds, tmp_path):
             args.append(f"{flag}={value}")
     code, err = _cli(*args, cwd=tmp_path)
     _assert_0_or_2(code, err)
+
+
+# --------------------------------------------------------------------------- issue 28: big files, new keys
+def _big_speed_list(n: int = 999_000) -> str:
+    """A 3 MB scenario: one speed per client for 999,000 clients."""
+    return ("data: {name: quadratic, clients: %d}\nrounds: 1\nround: {policy: window, window: 10}\n"
+            "system: {speed: [%s]}\n" % (n, ", ".join(["1", "2.5"] * (n // 2) + ["1"] * (n % 2))))
+
+
+def _many_anchors(n: int = 400_000) -> str:
+    """A 6 MB file of anchors and aliases (refused: the aliases expand past MAX_YAML_NODES)."""
+    return (f"data: {{name: quadratic, clients: {n}}}\nsystem: {{speed: [" + ", ".join(f"&a{i} 1.5" for i in range(n))
+            + "]}\nx: [" + ", ".join(f"*a{i}" for i in range(0, n, 2)) + ", *a1" * (n // 2) + "]\n")
+
+
+@pytest.mark.parametrize("make, code", [(_big_speed_list, 0), (_many_anchors, 2)], ids=["speed-list", "anchors"])
+def test_big_scenario_files_within_bounds(make, code, tmp_path):
+    """Issue 28 item 10: validate took 26-140 s and 0.8 GB on these; now seconds (tests/test_yaml_loader.py)."""
+    text = make()
+    assert len(text) > 3 * 10**6
+    (tmp_path / "s.yaml").write_text(text)
+    got, err = _cli("validate", "s.yaml", cwd=tmp_path)
+    _assert_0_or_2(got, err)
+    assert got == code, err
