@@ -3,7 +3,7 @@
 A scenario is a path, a mapping or a :class:`~fedsim.scenario.Scenario`. Keyword arguments replace
 the scenario's named pieces with Python objects: ``model`` (a factory ``(input_shape, num_classes,
 **options) -> nn.Module`` or a module to copy), ``data`` (a :class:`~fedsim.data.FederatedData`),
-``loss`` (``(outputs, targets) -> scalar``), ``algorithm`` (a registered algorithm's name; an
+``loss`` (``(outputs, targets) -> scalar``, recorded as ``loss: from_python``), ``algorithm`` (a registered algorithm's name; an
 algorithm of your own is registered by name, :func:`register_algorithm`). Without ``out`` the
 run goes to a temporary folder that is removed before the call returns: nothing is left behind.
 
@@ -21,7 +21,7 @@ from . import registries
 
 __all__ = [
     "Result", "run", "schedule", "register_model", "register_dataset", "register_algorithm", "register_solver",
-    "register_correction", "register_aggregation", "register_server_opt", "register_staleness",
+    "register_correction", "register_aggregation", "register_server_opt", "register_staleness", "register_loss",
 ]
 
 #: ``data.name`` / ``model.name`` a run records when the piece came from Python, not from a name.
@@ -80,7 +80,7 @@ def run(
     """
     from .runner.execute import run as run_folder
 
-    sc = _scenario(scenario, overrides, plugins, model=model, data=data, algorithm=algorithm)
+    sc = _scenario(scenario, overrides, plugins, model=model, data=data, algorithm=algorithm, loss=loss)
     with _folder(out) as folder:
         run_folder(sc, folder, force=force, progress=progress, table_format=table_format,
                    model=model, data=data, loss=loss)
@@ -164,6 +164,12 @@ def register_staleness(name: str, rule: Any, *, replace: bool = False) -> Any:
     return _register(registries.STALENESS, name, rule, replace)
 
 
+def register_loss(name: str, loss: Any, *, replace: bool = False) -> Any:
+    """Register ``loss(outputs, targets) -> scalar mean`` (or ``'module:attribute'`` naming one) as
+    ``loss: {name: name}``."""
+    return _register(registries.LOSSES, name, loss, replace, factory=True)
+
+
 def register_availability(name: str, section: Any, *, replace: bool = False) -> Any:
     """Register an availability model, a subclass of :class:`fedsim.availability.AvailabilitySection`
     (or ``'module:attribute'`` naming one), as ``system.availability: {model: name, ...}``."""
@@ -177,7 +183,7 @@ def register_availability(name: str, section: Any, *, replace: bool = False) -> 
 
 
 # --------------------------------------------------------------------------- helpers
-def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
+def _scenario(scenario, overrides, plugins, *, model, data, algorithm, loss=None):
     """The validated Scenario, with the keys the Python pieces imply: ``data.name: from_python`` and
     ``data.clients`` for ``data``, ``model.name: from_python`` for ``model``, ``algorithm.name``
     for an algorithm given by name."""
@@ -188,8 +194,9 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
 
     load_plugins(plugins)
     base_dir = None
+    given = [name for name, piece in (("model", model), ("data", data), ("loss", loss)) if piece is not None]
     if isinstance(scenario, Scenario):
-        if not overrides and model is None and data is None and algorithm is None:
+        if not overrides and not given and algorithm is None:
             check_ready(scenario)
             return scenario
         raw = scenario.model_dump(mode="json")
@@ -207,6 +214,8 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
         raw["data"]["clients"] = _num_clients(data)
     if model is not None:
         raw["model"] = {**(raw.get("model") or {}), "name": FROM_PYTHON}
+    if loss is not None:
+        raw["loss"] = {"name": FROM_PYTHON}
     if algorithm is not None:
         if not isinstance(algorithm, str):
             raise ScenarioError(f"algorithm: give a registered algorithm's name (fedsim.register_algorithm(name, "
@@ -217,7 +226,7 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
     if sc.variants:
         raise ScenarioError("variants: fedsim.run runs one scenario; run each of "
                             "fedsim.scenario.expand_variants(...) or use fedsim compare")
-    check_ready(sc)
+    check_ready(sc, from_python=given)
     return sc
 
 

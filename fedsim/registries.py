@@ -16,6 +16,7 @@ registry           scenario field               a piece is
 ``STALENESS``      ``algorithm.staleness``      an asynchronous staleness rule
 ``AVAILABILITY``   ``system.availability.model``  an availability model's section class
                                                 (:class:`fedsim.availability.AvailabilitySection`)
+``LOSSES``         ``loss.name``                ``loss(outputs, targets) -> scalar`` (the minibatch mean)
 =================  ===========================  ==============================================
 
 fedsim's built-ins register here exactly as a plug-in would, as lazy ``"module:attribute"``
@@ -30,7 +31,7 @@ from .registry import Registry
 
 __all__ = [
     "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",
-    "AVAILABILITY", "ALL",
+    "AVAILABILITY", "LOSSES", "ALL",
 ]
 
 MODELS: Registry = Registry("model", "model.name")
@@ -42,11 +43,13 @@ AGGREGATIONS: Registry = Registry("aggregation", "algorithm.aggregation")
 SERVER_OPTS: Registry = Registry("server optimizer", "algorithm.server_opt")
 STALENESS: Registry = Registry("staleness rule", "algorithm.staleness")
 AVAILABILITY: Registry = Registry("availability model", "system.availability.model")
+LOSSES: Registry = Registry("loss", "loss.name")
 
 #: kind -> registry (what ``fedsim.register(kind, name, obj)`` and the docs list).
 ALL = {
     "model": MODELS, "dataset": DATASETS, "algorithm": ALGORITHMS, "solver": SOLVERS, "correction": CORRECTIONS,
     "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS, "availability": AVAILABILITY,
+    "loss": LOSSES,
 }
 
 
@@ -86,6 +89,9 @@ def _register_builtins() -> None:
     # availability models (fedsim/availability): one module each, its section class
     AVAILABILITY.register("markov", "fedsim.availability.markov:MarkovAvailability")
     AVAILABILITY.register("diurnal", "fedsim.availability.diurnal:DiurnalAvailability")
+    # losses (fedsim/losses.py): loss(outputs, targets) -> scalar mean
+    LOSSES.register("cross_entropy", "fedsim.losses:cross_entropy")
+    LOSSES.register("from_python", "fedsim.api:_from_python")  # fedsim.run(loss=...): the loss object
 
 
 #: The built-in presets' names, in the order of fedsim.algorithms.presets.PRESETS (a test checks it).

@@ -365,8 +365,9 @@ def save_model(path: Path, params: dict, quadratic: bool) -> None:
 
 
 def info_text(sc: Scenario, engine, cost=None) -> str:
-    """``info.yaml``: what actually ran (dataset, e.g. ``cifar10-standin``; model size; device;
-    evaluation sample; ``step_flops``, ``model_bytes``, ``upload_bytes`` when there is a model)."""
+    """``info.yaml``: what actually ran (dataset, e.g. ``cifar10-standin``; model size; the loss's
+    name, ``from_python`` when given to ``fedsim.run``; device; evaluation sample; ``step_flops``,
+    ``model_bytes``, ``upload_bytes`` when there is a model)."""
     import yaml
 
     from ..devices.cost import cost_info
@@ -380,6 +381,7 @@ def info_text(sc: Scenario, engine, cost=None) -> str:
         "data": work.name,
         "standin": work.name.endswith("-standin"),
         "model": sc.model_name,
+        **({"loss": sc.loss.name} if work.module is not None else {}),  # a name, or from_python
         "parameters": int(sum(v.numel() for v in work.init_params.values())),
         "clients": work.num_clients,
         "test_samples": 0 if work.x_test is None else int(work.x_test.shape[0]),

@@ -7,6 +7,7 @@ import math
 import functools
 
 from .base import _FieldError
+from .loss import DEFAULT_LOSS
 
 __all__ = ["check_scenario", "algorithm_spec"]
 
@@ -73,6 +74,8 @@ def check_scenario(sc) -> None:
         raise _FieldError("model.name", "quadratic data takes no model")
     if sc.data.name != "quadratic" and sc.model.name == "quadratic":
         raise _FieldError("model.name", "quadratic model needs quadratic data")
+    if sc.data.name == "quadratic" and sc.loss.name != DEFAULT_LOSS:
+        raise _FieldError("loss.name", "quadratic data has its own objective (1/2 ||x - e_i||^2); it takes no loss")
     if sc.system.trace is not None and av != "always":
         raise _FieldError("system.availability", "give either a trace or availability, not both")
     if sc.system.trace_semantics == "fedscale" and r.policy == "async":

@@ -13,6 +13,7 @@ from ..limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH
 from ..scenario_yaml import YamlInputError, load_yaml, read_regular_file
 from ..validate import check_limits, check_names, check_paths
 from .base import _FieldError
+from .loss import DEFAULT_LOSS
 from .pydantic_errors import format_error
 from .schema import Scenario
 
@@ -150,6 +151,8 @@ def dump_scenario(sc: Scenario) -> str:
     for section in ("data", "model"):  # no options: the key is left out (as every file before it)
         if not raw[section].get("options"):
             raw[section].pop("options", None)
+    if raw.get("loss") == {"name": DEFAULT_LOSS}:  # the default loss: left out (as every file before it)
+        raw.pop("loss")
     # libyaml's emitter when PyYAML has it: the same text as yaml.safe_dump (the representer is the
     # same Python code), written 2-3x faster for scenarios with long per-client lists
     return yaml.dump(_plain(raw), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
