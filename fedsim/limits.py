@@ -12,7 +12,7 @@ __all__ = [
     "MAX_SEED", "MAX_ROUNDS", "MAX_CLIENTS", "MIN_SPEED", "MAX_SPEED", "MIN_SLOWDOWN", "MAX_SLOWDOWN",
     "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS", "MAX_COMPARE_RUNS", "MAX_EVAL_ROWS",
     "MIN_DIURNAL_PERIOD", "MIN_DIURNAL_LEVEL", "MAX_TRACE_BYTES", "MAX_TRACE_ROWS", "MAX_PART_ROWS", "MAX_DPI",
-    "MAX_CORE_WAIT_S",
+    "MAX_CORE_WAIT_S", "MAX_MODEL_PARAMETERS", "MAX_MODEL_WIDTH", "MAX_MODEL_LAYERS", "MAX_EVAL_BYTES",
 ]
 
 #: Largest scenario file read (bytes).
@@ -70,3 +70,14 @@ MAX_PART_ROWS = 2**24
 MAX_DPI = 600
 #: Longest wait (seconds) for a shared core slot before a run stops taking turns (info.yaml says so).
 MAX_CORE_WAIT_S = 600.0
+#: Most parameters of a model: a built-in model is counted on torch's meta device before anything
+#: is allocated, a model from a registered or Python factory once built (before the run folder).
+MAX_MODEL_PARAMETERS = 10**9
+#: Largest width option of a built-in model (``mlp`` ``hidden`` and ``model.hidden``, ``leaf_cnn``
+#: ``dense``, ``char_lstm`` ``vocab``, ``embed``, ``units``).
+MAX_MODEL_WIDTH = 2**14
+#: Most layers of a built-in model (``char_lstm`` ``layers``).
+MAX_MODEL_LAYERS = 64
+#: Largest ``evals.csv`` a resumed run reads (bytes; MAX_EVAL_ROWS rows of five numbers fit in
+#: about 110 MB).
+MAX_EVAL_BYTES = 2**28

@@ -8,6 +8,7 @@ import functools
 
 from .base import _FieldError
 from .loss import DEFAULT_LOSS
+from .model_options import check_builtin_options, is_builtin
 
 __all__ = ["check_scenario", "algorithm_spec"]
 
@@ -111,7 +112,9 @@ _DATA_SHAPES = {
     "digits": (1, 8, 8), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28),
     "cifar10": (3, 32, 32), "cifar100": (3, 32, 32), "tinyimagenet": (3, 64, 64),
 }
-_CONV_MIN_SIDE = {"cnn": 4, "vgg11": 32, "resnet18_gn": 8}
+_CONV_MIN_SIDE = {"cnn": 4, "vgg11": 32, "resnet18_gn": 8, "leaf_cnn": 4}
+#: Models of token sequences (int64 ids), not of features or images.
+_TOKEN_MODELS = frozenset({"char_lstm"})
 
 
 def _check_clients(section, m: int) -> None:
@@ -125,6 +128,9 @@ def _check_clients(section, m: int) -> None:
 
 
 def _check_model_fits_data(data: str, model: str, dim: int) -> None:
+    if model in _TOKEN_MODELS and (data in _DATA_SHAPES or data == "synthetic"):
+        kind = "flat features" if data == "synthetic" else "images"
+        raise _FieldError("model.name", f"{model} needs token sequences (e.g. shakespeare); {data} has {kind}")
     if model not in _CONV_MIN_SIDE:
         return
     shape = _DATA_SHAPES.get(data)
@@ -138,13 +144,19 @@ def _check_model_fits_data(data: str, model: str, dim: int) -> None:
 
 
 def _check_model_options(sc) -> None:
-    """``model.options`` against the factory's signature when the factory is already imported (a
-    model registered from Python or a plug-in; a lazy built-in is checked when the run builds it)."""
+    """``model.options``: a built-in model's against its rules (:mod:`.model_options`: types and
+    bounds), another's against the factory's signature when the factory is already imported (a
+    model registered from Python or a plug-in)."""
     from .. import registries
     from ..errors import ScenarioError
     from ..registry import check_options
 
     name = sc.model.name
+    if name not in (None, "quadratic") and is_builtin(name):  # fedsim's own: types and bounds, no torch
+        problem = check_builtin_options(name, sc.model.options)
+        if problem:
+            raise _FieldError(*problem)
+        return
     factory = registries.MODELS.loaded(name) if name not in (None, "quadratic") else None
     if factory is not None and sc.model.options:
         try:
