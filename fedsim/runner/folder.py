@@ -34,6 +34,7 @@ from ..limits import MAX_SCENARIO_BYTES
 from ..report.parquet import _TMP_NAME, ParquetTableWriter, TableError, _open_part, check_part_files, cut_parts, part_files, part_columns, part_rows
 from ..report.tables import TableWriter
 from ..scenario import Scenario, dump_scenario
+from .evals import check_evals
 from .files import FolderError, safe_component, write_atomic
 
 __all__ = [
@@ -215,10 +216,13 @@ def open_for_resume(
     round (Parquet: fewer parts than recorded, a gap in their numbers, other columns, or another
     row count of rounds in those parts); a checkpoint that is not a fedsim checkpoint
     (:func:`fedsim.runner.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
-    than ``params`` (the model's names).
+    than ``params`` (the model's names); an ``evals.csv`` the run would read back that is larger
+    than ``MAX_EVAL_BYTES`` or holds a row fedsim does not write (:func:`fedsim.runner.evals.check_evals`).
     """
     check_folder(sc, out, resume=True)
     ck = load_checkpoint(out)
+    if ck is not None and sc.eval.every_seconds is not None and (out / "evals.csv").is_file():
+        check_evals(out / "evals.csv", f"--resume {out}: evals.csv")  # its rows are read back after the cut
     fmt = stored_format(out, ck) or table_format or "csv"
     if table_format is not None and table_format != fmt:
         raise FolderError(f"--resume {out}: holds a run with {fmt} tables; --format {table_format} does not match")
