@@ -3,6 +3,7 @@ bounds, the data it fits), and every model's size is capped (MAX_MODEL_PARAMETER
 run both exit 2 in one line, before the run folder exists."""
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,6 +89,16 @@ def test_a_model_too_large_for_its_data_is_counted_before_it_is_allocated(write_
                                                    f"more than 1,000,000,000"):
         build_model("mlp", (d,), c, hidden=h)
     assert time.perf_counter() - t < 5
+
+
+def test_reliability_doc_states_the_size_refusal():
+    from fedsim.models import build_model
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text().split())
+    assert "`mlp` with `hidden: 16384` on 12,288 features and 100,000 classes:" in text
+    with pytest.raises(fedsim.ScenarioError) as err:
+        build_model("mlp", (12288,), 100_000, hidden=16384)
+    assert f"`{err.value}`" in text
 
 
 def test_the_meta_count_draws_no_random_number():

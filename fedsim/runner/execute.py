@@ -75,6 +75,7 @@ def run(
             engine.load_state(ck["sim"])
             start = ck["next_round"]
         sinks = []
+        bar = None
         if main:
             if engine.work.class_counts is not None:
                 write_partition(out / "partition.csv", engine.work.class_counts)
@@ -96,7 +97,8 @@ def run(
             grid = EvalGrid(sc.eval.every_seconds, out / "evals.csv" if main else None)
         last = run_rounds(
             engine, built.clock.plans(), start=start, rounds=sc.rounds, eval_every=sc.eval.every,
-            sinks=sinks, checkpoint=checkpoint, hold=lambda: hold_cores(engine.work.x_train.device), grid=grid,
+            sinks=sinks, checkpoint=checkpoint, grid=grid,
+            hold=lambda: hold_cores(engine.work.x_train.device, notice=bar.note if main and bar is not None else None),
         )
         if main:
             tables.close()
