@@ -80,7 +80,8 @@ def check_scenario(sc) -> None:
     if sc.system.trace is not None and av != "always":
         raise _FieldError("system.availability", "give either a trace or availability, not both")
     if sc.system.trace_semantics == "fedscale" and r.policy == "async":
-        raise _FieldError("system.trace_semantics", "fedscale applies to window, wait and deadline rounds, not async")
+        raise _FieldError("system.trace_semantics", "fedscale applies to synchronous rounds (window, wait, deadline, "
+                          "overcommit), not async")
     _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)
     _check_model_options(sc)
     from ..algorithms.spec import SpecError
