@@ -365,3 +365,29 @@ def test_big_scenario_files_within_bounds(make, code, tmp_path):
     got, err = _cli("validate", "s.yaml", cwd=tmp_path)
     _assert_0_or_2(got, err)
     assert got == code, err
+
+
+option_values = st.one_of(huge, st.integers(-3, 20), st.text(max_size=5), st.none(), st.booleans(),
+                          st.lists(st.integers(0, 5), max_size=3), st.sampled_from(["leaf", "torch", "evil"]))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(["logreg", "mlp", "cnn", "vgg11", "resnet18_gn", "leaf_cnn", "char_lstm", "nope"]),
+       options=st.dictionaries(st.sampled_from(["hidden", "dense", "units", "embed", "layers", "vocab", "cell",
+                                                "input_shape", "num_classes", "x"]), option_values, max_size=3),
+       hidden=st.one_of(st.none(), huge, st.integers(-3, 300)),
+       data=st.sampled_from(["synthetic", "digits", "cifar10", "femnist", "shakespeare"]),
+       loss=st.one_of(st.none(), st.sampled_from(["cross_entropy", "from_python", "nope", "", "os:system"]), huge))
+def test_model_options_and_loss_exit_0_or_2(model, options, hidden, data, loss, tmp_path):
+    """Issue 28: the model's options (types, bounds, the data it fits) and the loss section, under
+    the same contract (validate imports no torch for these checks)."""
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    raw = {"rounds": 1, "data": {"name": data}, "model": {"name": model, "options": options},
+           "round": {"policy": "wait", "local_steps": 1}}
+    if hidden is not None:
+        raw["model"]["hidden"] = hidden
+    if loss is not None:
+        raw["loss"] = {"name": loss}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    code, err = _cli("validate", "s.yaml", cwd=tmp_path)
+    _assert_0_or_2(code, err)
