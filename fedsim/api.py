@@ -69,9 +69,10 @@ def run(
             ``data.clients`` follows from it.
         algorithm: A registered algorithm name (``fedsim.register_algorithm``) instead of
             ``algorithm.name``.
-        loss: ``loss(outputs, targets) -> scalar mean`` instead of cross-entropy.
-        overrides: ``dotted.key=value`` strings, as ``--set``.
-        plugins: Modules to import first, as ``--plugin``.
+        loss: ``loss(outputs, targets) -> scalar mean`` instead of ``loss.name`` (default
+            cross-entropy); recorded as ``loss: from_python``.
+        overrides: ``dotted.key=value`` strings, as ``--set`` (None: none).
+        plugins: Modules to import first, as ``--plugin`` (None: none).
         force: Replace an existing run folder ``out``.
         progress: Show a progress bar.
         table_format: ``csv`` (default) or ``parquet``.

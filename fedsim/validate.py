@@ -249,7 +249,7 @@ def check_clock(sc: Any, trace: Any = None) -> None:
     system, rnd = sc.system, sc.round
     from .scenario.distributions import dist_high  # fedsim.scenario imports this module
 
-    needs_cost = system.compute is not None or system.network is not None or (trace is not None and trace.device)
+    needs_cost = system.compute is not None or system.network is not None or bool(getattr(trace, "device", False))
     needs_sizes = rnd.local_epochs is not None and rnd.policy not in ("window", "deadline")
     if not (needs_cost or needs_sizes or sc.data.clients_from_data):
         import numpy as np
@@ -300,7 +300,7 @@ def check_trace(sc: Any, trace: Any) -> None:
     if sc.round.policy in ("wait", "overcommit", "async") and not any(bool(c.online.any()) for c in trace.clients):
         raise ScenarioError(f"system.trace: no client is ever online in {trace.path}; policy {sc.round.policy} "
                             "would wait forever")
-    if trace.device and sc.data.name == "quadratic":  # issue 28 item 6: the clock needs the model's bytes
+    if getattr(trace, "device", False) and sc.data.name == "quadratic":  # issue 28 item 6: the clock needs the model's bytes
         raise ScenarioError(f"system.trace: {trace.path} is a device trace (sample_seconds, bandwidths): it times "
                             "steps and transfers by the model's size, and quadratic data has no model; "
                             "use a speed trace (client,start,end,online,speed)")

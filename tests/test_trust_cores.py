@@ -5,6 +5,7 @@ commands) on stderr and in the progress bar."""
 from __future__ import annotations
 
 import io
+from contextlib import redirect_stderr
 import subprocess
 import sys
 import textwrap
@@ -108,7 +109,19 @@ def one_core(monkeypatch, tmp_path):
     torch.set_num_threads(n)
 
 
-def test_a_long_wait_names_the_holders_on_stderr_and_in_the_bar(one_core, tmp_path, capsys):
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.fixture
+def tty():
+    """Standard error as a terminal (the notice is printed on a terminal only); set in the test's
+    body with ``with redirect_stderr(tty)`` (pytest sets its own capture when the call starts)."""
+    return _Tty()
+
+
+def test_a_long_wait_names_the_holders_on_stderr_and_in_the_bar(one_core, tmp_path, tty):
     log = tmp_path / "log"
     holder = _start(one_core, log, "H", 2.0)
     _go(holder)
@@ -116,12 +129,12 @@ def test_a_long_wait_names_the_holders_on_stderr_and_in_the_bar(one_core, tmp_pa
         _wait_for(lambda: log.exists(), "the holder took the slot")
         notes = []
         t = time.perf_counter()
-        with T.hold_cores(torch.device("cpu"), notice=notes.append):
+        with redirect_stderr(tty), T.hold_cores(torch.device("cpu"), notice=notes.append):
             waited = time.perf_counter() - t
         assert waited > T.NOTICE_AFTER_S
     finally:
         holder.communicate(timeout=60)
-    err = capsys.readouterr().err
+    err = tty.getvalue()
     assert err.count("\n") == 1 and err.startswith("fedsim: waiting for CPU cores other fedsim runs hold "
                                                    "(first come, first served): pid ")
     assert f"pid {holder.pid} (" in err and "-c" in err and "FEDSIM_HOLD_CORES=0" in err
@@ -136,13 +149,20 @@ def test_a_short_wait_says_nothing(one_core, capsys):
     assert (one_core / "cpu-0").read_text().strip() == str(__import__("os").getpid())  # who held it last
 
 
-def test_a_run_that_keeps_waiting_says_it_once_a_minute(one_core, monkeypatch, capsys):
+def test_a_run_that_keeps_waiting_says_it_once_a_minute(one_core, monkeypatch, tty):
     monkeypatch.setattr(T, "NOTICE_AFTER_S", 0.0)
-    for _ in range(3):
-        n = T._Notice()
-        n.say([])
-    assert capsys.readouterr().err.count("\n") == 1
+    with redirect_stderr(tty):
+        for _ in range(3):
+            T._Notice().say([])
+    assert tty.getvalue().count("\n") == 1
     assert T.NOTICE_EVERY_S == 60.0
+
+
+def test_a_captured_stderr_gets_no_notice_but_the_bar_does(one_core, capsys):
+    """Off a terminal (a test, a pipe) stderr keeps its contract: an exit 2 is one line."""
+    notes = []
+    T._Notice(notes.append).say([])
+    assert capsys.readouterr().err == "" and notes == ["waiting for cores (another process)"]
 
 
 def test_the_progress_bar_shows_the_note():
@@ -163,12 +183,13 @@ def test_the_progress_bar_shows_the_note():
     assert "waiting" not in stream.getvalue().split("\r")[-1]
 
 
-def test_performance_doc_states_the_notice(monkeypatch, capsys):
+def test_performance_doc_states_the_notice(monkeypatch, tty):
     text = (ROOT / "docs" / "performance.md").read_text()
     assert f"`NOTICE_AFTER_S` ({T.NOTICE_AFTER_S:g} s)" in text and f"`NOTICE_EVERY_S` ({T.NOTICE_EVERY_S:g} s)" in text
     example = text.split("```\nfedsim: waiting", 1)[1].split("\n```", 1)[0]
     monkeypatch.setattr(T, "_holders", lambda fds: [(4711, "python -m pytest tests")])
     monkeypatch.setattr(T, "_state", dict(T._state, noticed=-float("inf")))
-    T._Notice().say([])
-    assert capsys.readouterr().err == "fedsim: waiting" + example + "\n"
+    with redirect_stderr(tty):
+        T._Notice().say([])
+    assert tty.getvalue() == "fedsim: waiting" + example + "\n"
     assert "`FEDSIM_HOLD_CORES=0`" in text

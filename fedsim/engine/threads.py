@@ -241,7 +241,8 @@ NOTICE_EVERY_S = 60.0
 
 class _Notice:
     """One acquisition's wait: once it passes ``NOTICE_AFTER_S`` the run says who holds the cores
-    (pids and commands, read from the slot and queue files) on stderr, at most once per
+    (pids and commands, read from the slot and queue files) on stderr when it is a terminal (a
+    captured or piped stderr keeps its one-line contract: exit 2 is one line), at most once per
     ``NOTICE_EVERY_S``, and to ``callback`` (the progress bar) until the cores are taken."""
 
     def __init__(self, callback=None):
@@ -260,10 +261,11 @@ class _Notice:
         holders = _holders(fds)
         who = ", ".join(f"pid {pid} ({cmd})" for pid, cmd in holders) or "another process"
         now = time.monotonic()
-        if now - _state.get("noticed", -math.inf) >= NOTICE_EVERY_S:
-            _state["noticed"] = now
-            import sys
+        import sys
 
+        isatty = getattr(sys.stderr, "isatty", None)
+        if isatty is not None and isatty() and now - _state.get("noticed", -math.inf) >= NOTICE_EVERY_S:
+            _state["noticed"] = now
             print(f"fedsim: waiting for CPU cores other fedsim runs hold (first come, first served): {who}; "
                   "FEDSIM_HOLD_CORES=0 runs without taking turns (docs/performance.md)", file=sys.stderr, flush=True)
         if self.callback is not None:
@@ -562,8 +564,8 @@ def _mark(held: list) -> list:
 def hold_cores(device: torch.device, notice=None):
     """Hold this run's share of the machine while the block (a round's compute) runs: as many core
     slots as torch has intra-op threads, waiting (first come, first served) while other fedsim
-    runs hold them. A wait of more than ``NOTICE_AFTER_S`` is said on stderr (naming the holders'
-    pids and commands) and to ``notice(text)`` (``notice(None)`` once the cores are taken; the
+    runs hold them. A wait of more than ``NOTICE_AFTER_S`` is said on stderr when it is a terminal
+    (naming the holders' pids and commands) and to ``notice(text)`` (``notice(None)`` once the cores are taken; the
     progress bar). A no-op on a GPU, under torchrun (ranks split the cores already and wait on each
     other in collectives), inside another ``hold_cores``, with ``FEDSIM_HOLD_CORES=0``, and where
     ``fcntl`` is missing. Changes no result: it only waits."""
