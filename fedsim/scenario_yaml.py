@@ -180,7 +180,7 @@ class _Builder:
                             if match(raw):
                                 tag = t
                                 break
-                if tag == _FLOAT and ":" not in raw and raw[-1] not in "fFnN":  # plain decimal (not .inf, .nan)
+                if tag == _FLOAT and ":" not in raw and "_" not in raw and raw[-1] not in "fFnN":  # plain decimal
                     value = float(raw)
                 elif tag == _STR:
                     value = raw
