@@ -11,12 +11,25 @@ from fedsim.limits import MAX_EVAL_BYTES
 RAW = {**QUAD, "eval": {"every_seconds": 0.5}}
 
 
+@pytest.fixture(scope="module")
+def _one_run(tmp_path_factory):
+    import yaml
+
+    base = tmp_path_factory.mktemp("evals")
+    sc = base / "s.yaml"
+    sc.write_text(yaml.safe_dump(RAW))
+    assert main(["run", str(sc), "--out", str(base / "run"), "--quiet"]) == 0
+    return sc, base / "run"
+
+
 @pytest.fixture
-def finished(write_yaml, tmp_path):
-    """A finished 6-round run with evals.csv and a checkpoint at round 4."""
-    sc = write_yaml(RAW)
+def finished(_one_run, tmp_path):
+    """A copy of a finished 6-round run with evals.csv and a checkpoint at round 4."""
+    import shutil
+
+    sc, run = _one_run
     out = tmp_path / "run"
-    assert main(["run", str(sc), "--out", str(out), "--quiet"]) == 0
+    shutil.copytree(run, out)
     assert (out / "checkpoint.pt").is_file() and (out / "evals.csv").stat().st_size > 100
     return sc, out
 
