@@ -15,6 +15,7 @@ One module per job (where a new key goes):
 - ``round.py``: ``round`` (policy, window, deadline, work, sampling, async concurrency / buffer).
 - ``algorithm.py``: ``algorithm`` (preset name and overrides).
 - ``loss.py``: ``loss`` (the training loss by name).
+- ``model_options.py``: the built-in models' options (types, bounds), checked without torch.
 - ``settings.py``: ``eval``, ``engine``, ``checkpoint``.
 - ``schema.py``: :class:`Scenario` (sections put together; derived ``data_seed``, ``model_name``).
 - ``checks.py``: cross-field rules of a whole scenario.
