@@ -14,7 +14,7 @@ __all__ = [
     "load_run", "load_compare", "Scenario", "ScenarioError", "load_scenario", "run", "schedule", "Result",
     "FederatedData", "register_model", "register_dataset", "register_algorithm", "register_solver",
     "register_correction", "register_aggregation", "register_server_opt", "register_staleness",
-    "register_availability", "register_selector", "register_compressor",
+    "register_availability", "register_selector", "register_compressor", "register_loss",
 ]
 __version__ = "0.1.0"
 
@@ -30,7 +30,7 @@ _LAZY = {  # name -> module: imported on first use, so `import fedsim` loads nei
     "schedule": "fedsim.api",
     **{f"register_{kind}": "fedsim.api" for kind in (
         "model", "dataset", "algorithm", "solver", "correction", "aggregation", "server_opt", "staleness",
-        "availability", "selector", "compressor")},
+        "availability", "selector", "compressor", "loss")},
 }
 
 

@@ -3,7 +3,7 @@
 A scenario is a path, a mapping or a :class:`~fedsim.scenario.Scenario`. Keyword arguments replace
 the scenario's named pieces with Python objects: ``model`` (a factory ``(input_shape, num_classes,
 **options) -> nn.Module`` or a module to copy), ``data`` (a :class:`~fedsim.data.FederatedData`),
-``loss`` (``(outputs, targets) -> scalar``), ``algorithm`` (a registered algorithm's name; an
+``loss`` (``(outputs, targets) -> scalar``, recorded as ``loss: from_python``), ``algorithm`` (a registered algorithm's name; an
 algorithm of your own is registered by name, :func:`register_algorithm`). Without ``out`` the
 run goes to a temporary folder that is removed before the call returns: nothing is left behind.
 
@@ -12,18 +12,21 @@ Importing this module is light (no torch, pandas or pydantic): each function imp
 
 from __future__ import annotations
 
+import os
+import signal
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from . import registries
+from .errors import ScenarioError
 
 __all__ = [
-    "Result", "run", "schedule", "register_model", "register_dataset", "register_algorithm", "register_solver",
-    "register_correction", "register_aggregation", "register_server_opt", "register_staleness",
-    "register_availability", "register_selector",
-    "register_compressor",
+    "Result", "ArgumentError", "run", "schedule", "register_model", "register_dataset", "register_algorithm",
+    "register_solver", "register_correction", "register_aggregation", "register_server_opt", "register_staleness",
+    "register_availability", "register_selector", "register_compressor", "register_loss",
 ]
 
 #: ``data.name`` / ``model.name`` a run records when the piece came from Python, not from a name.
@@ -67,9 +70,10 @@ def run(
             ``data.clients`` follows from it.
         algorithm: A registered algorithm name (``fedsim.register_algorithm``) instead of
             ``algorithm.name``.
-        loss: ``loss(outputs, targets) -> scalar mean`` instead of cross-entropy.
-        overrides: ``dotted.key=value`` strings, as ``--set``.
-        plugins: Modules to import first, as ``--plugin``.
+        loss: ``loss(outputs, targets) -> scalar mean`` instead of ``loss.name`` (default
+            cross-entropy); recorded as ``loss: from_python``.
+        overrides: ``dotted.key=value`` strings, as ``--set`` (None: none).
+        plugins: Modules to import first, as ``--plugin`` (None: none).
         force: Replace an existing run folder ``out``.
         progress: Show a progress bar.
         table_format: ``csv`` (default) or ``parquet``.
@@ -79,10 +83,13 @@ def run(
 
     Raises:
         ScenarioError: Invalid scenario or piece (one line naming the field).
+        ArgumentError: An argument of the wrong type or value (one line naming it; both a
+            ScenarioError and a TypeError).
     """
     from .runner.execute import run as run_folder
 
-    sc = _scenario(scenario, overrides, plugins, model=model, data=data, algorithm=algorithm)
+    overrides, plugins = _arguments(out, overrides, plugins, force=force, progress=progress, table_format=table_format)
+    sc = _scenario(scenario, overrides, plugins, model=model, data=data, algorithm=algorithm, loss=loss)
     with _folder(out) as folder:
         run_folder(sc, folder, force=force, progress=progress, table_format=table_format,
                    model=model, data=data, loss=loss)
@@ -108,6 +115,7 @@ def schedule(
     """
     from .clock_only import run_schedule
 
+    overrides, plugins = _arguments(out, overrides, plugins, force=force, table_format=table_format)
     sc = _scenario(scenario, overrides, plugins, model=model, data=data, algorithm=None)
     with _folder(out) as folder:
         run_schedule(sc, folder, force=force, table_format=table_format, data=data, model=model)
@@ -208,6 +216,12 @@ def register_staleness(name: str, rule: Any, *, replace: bool = False) -> Any:
     return _register(registries.STALENESS, name, rule, replace, _part("staleness"))
 
 
+def register_loss(name: str, loss: Any, *, replace: bool = False) -> Any:
+    """Register ``loss(outputs, targets) -> scalar mean`` (or ``'module:attribute'`` naming one) as
+    ``loss: {name: name}``."""
+    return _register(registries.LOSSES, name, loss, replace, _factory)
+
+
 def register_availability(name: str, section: Any, *, replace: bool = False) -> Any:
     """Register an availability model, a subclass of :class:`fedsim.availability.AvailabilitySection`
     (or ``'module:attribute'`` naming one), as ``system.availability: {model: name, ...}``."""
@@ -231,7 +245,7 @@ def register_compressor(name: str, section: Any, *, replace: bool = False) -> An
 
 
 # --------------------------------------------------------------------------- helpers
-def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
+def _scenario(scenario, overrides, plugins, *, model, data, algorithm, loss=None):
     """The validated Scenario, with the keys the Python pieces imply: ``data.name: from_python`` and
     ``data.clients`` for ``data``, ``model.name: from_python`` for ``model``, ``algorithm.name``
     for an algorithm given by name."""
@@ -242,17 +256,19 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
 
     load_plugins(plugins)
     base_dir = None
+    given = [name for name, piece in (("model", model), ("data", data), ("loss", loss)) if piece is not None]
     if isinstance(scenario, Scenario):
-        if not overrides and model is None and data is None and algorithm is None:
+        if not overrides and not given and algorithm is None:
             check_ready(scenario)
             return scenario
         raw = scenario.model_dump(mode="json")
     elif isinstance(scenario, Mapping):
+        _check_tree(scenario)
         raw = dict(scenario)
     elif isinstance(scenario, (str, Path)):
         raw, base_dir = read_yaml(scenario), Path(scenario).resolve().parent
     else:
-        raise ScenarioError(f"scenario: expected a path, a mapping or a Scenario, got {type(scenario).__name__}")
+        raise ArgumentError(f"scenario: expected a path, a mapping or a Scenario, got {type(scenario).__name__}")
     raw = apply_overrides(raw, list(overrides))
     if data is not None:
         raw["data"] = dict(raw.get("data") or {})
@@ -261,6 +277,8 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
         raw["data"]["clients"] = _num_clients(data)
     if model is not None:
         raw["model"] = {**(raw.get("model") or {}), "name": FROM_PYTHON}
+    if loss is not None:
+        raw["loss"] = {"name": FROM_PYTHON}
     if algorithm is not None:
         if not isinstance(algorithm, str):
             raise ScenarioError(f"algorithm: give a registered algorithm's name (fedsim.register_algorithm(name, "
@@ -271,7 +289,7 @@ def _scenario(scenario, overrides, plugins, *, model, data, algorithm):
     if sc.variants:
         raise ScenarioError("variants: fedsim.run runs one scenario; run each of "
                             "fedsim.scenario.expand_variants(...) or use fedsim compare")
-    check_ready(sc)
+    check_ready(sc, from_python=given)
     return sc
 
 
@@ -287,22 +305,124 @@ def _num_clients(data: Any) -> int:
     return len(sizes)
 
 
+class ArgumentError(ScenarioError, TypeError):
+    """An argument of :func:`run` or :func:`schedule` of the wrong type or value: one line naming it."""
+
+
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _arguments(out, overrides, plugins, *, force, table_format, progress=False) -> tuple[tuple, tuple]:
+    """Check the plain arguments of :func:`run` / :func:`schedule` (issue 28 item 17); returns
+    ``overrides`` and ``plugins`` as tuples of strings (None: none)."""
+    for name, value in (("force", force), ("progress", progress)):
+        if not isinstance(value, bool):
+            raise ArgumentError(f"{name}: must be True or False, got {_short(value)}")
+    if table_format not in (None, "csv", "parquet"):
+        raise ArgumentError(f"table_format: must be 'csv' or 'parquet', got {_short(table_format)}")
+    if out is not None:
+        if not isinstance(out, (str, os.PathLike)) or isinstance(os.fspath(out), bytes):
+            raise ArgumentError(f"out: must be a folder path (str or pathlib.Path) or None, got {type(out).__name__}")
+        if os.fspath(out) == "":
+            raise ArgumentError("out: must name a folder; '' would be the current folder (give '.' to mean it)")
+    return _strings("overrides", overrides), _strings("plugins", plugins)
+
+
+def _strings(name: str, value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ArgumentError(f"{name}: must be a list of strings (or None), got {type(value).__name__}")
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise ArgumentError(f"{name}: must be a list of strings, got an item of type {type(item).__name__}")
+    return items
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_tree(value, where: str = "scenario") -> None:
+    """A mapping handed as a scenario is walked (iteratively) before it is read, with the YAML
+    loader's bounds: nesting at most ``MAX_YAML_DEPTH``, at most ``MAX_YAML_NODES`` values counted
+    as often as they are reached, and no container inside itself (issue 28 item 17: a recursive or
+    5,000-deep mapping raised RecursionError)."""
+    from .limits import MAX_YAML_DEPTH, MAX_YAML_NODES
+
+    stack = [(value, where, ())]
+    nodes = 0
+    while stack:
+        node, path, above = stack.pop()
+        nodes += 1
+        if nodes > MAX_YAML_NODES:
+            raise ArgumentError(f"{where}: holds more than {MAX_YAML_NODES:,} values (MAX_YAML_NODES)")
+        if not isinstance(node, (Mapping, list, tuple)):
+            continue
+        if any(node is a for a in above):
+            raise ArgumentError(f"{path}: contains itself (a recursive structure)")
+        if len(above) + 1 > MAX_YAML_DEPTH:
+            raise ArgumentError(f"{path}: nested deeper than {MAX_YAML_DEPTH} levels (MAX_YAML_DEPTH)")
+        inside = above + (node,)
+        items = node.items() if isinstance(node, Mapping) else enumerate(node)
+        for key, child in items:
+            if isinstance(child, (Mapping, list, tuple)):
+                stack.append((child, f"{path}.{str(key)[:40]}", inside))
+            else:  # a leaf: counted, not stacked
+                nodes += 1
+
+
 class _folder:
-    """``out`` as a Path, or a temporary folder removed on exit."""
+    """``out`` as a Path, or a temporary folder removed on exit, also when SIGTERM or SIGHUP ends
+    the process (issue 28 item 17): while it exists those signals raise SystemExit where the
+    default would kill at once; once it is removed the signal is delivered again with the
+    default action, so the process still ends as the sender meant."""
 
     def __init__(self, out):
         self.out = out
         self.tmp = None
+        self.old: dict = {}
+        self.received: list[int] = []
 
     def __enter__(self) -> Path:
         if self.out is not None:
             return Path(self.out)
-        self.tmp = tempfile.TemporaryDirectory(prefix="fedsim-")
+        self._catch()
+        try:
+            self.tmp = tempfile.TemporaryDirectory(prefix="fedsim-")
+        except BaseException:
+            self._restore()
+            raise
         return Path(self.tmp.name) / "run"
 
     def __exit__(self, *exc) -> None:
-        if self.tmp is not None:
-            self.tmp.cleanup()
+        try:
+            if self.tmp is not None:
+                self.tmp.cleanup()
+        finally:
+            self._restore()
+        if self.received:  # removed: now end as the signal meant
+            signal.raise_signal(self.received[0])
+
+    def _catch(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def stop(signum, frame):
+            if not self.received:
+                self.received.append(signum)
+                raise SystemExit(128 + signum)
+
+        for s in _SIGNALS:
+            if signal.getsignal(s) is signal.SIG_DFL:  # a handler of the caller's own is left alone
+                self.old[s] = signal.signal(s, stop)
+
+    def _restore(self) -> None:
+        for s, handler in self.old.items():
+            signal.signal(s, handler)
+        self.old = {}
 
 
 def _result(sc, folder: Path, *, keep: bool, info: bool = True) -> Result:

@@ -15,6 +15,7 @@ __all__ = [
     "MAX_CORE_WAIT_S", "MAX_LEAF_FILE_BYTES", "MAX_JSON_VALUE_BYTES", "MAX_JSON_DEPTH", "MAX_MAPPING_BYTES",
     "MAX_DATA_ROWS", "MAX_LINE_BYTES", "MAX_SAMPLE_BYTES", "MAX_IMAGE_PIXELS", "MAX_DECODED_BYTES",
     "MAX_TEST_BYTES",
+    "MAX_MODEL_PARAMETERS", "MAX_MODEL_WIDTH", "MAX_MODEL_LAYERS", "MAX_EVAL_BYTES",
 ]
 
 #: Largest scenario file read (bytes).
@@ -99,3 +100,15 @@ MAX_IMAGE_PIXELS = 2**24
 MAX_DECODED_BYTES = 2**29
 #: Most bytes a shared test set (pooled from a test file's clients or rows) may hold (4 GiB).
 MAX_TEST_BYTES = 2**32
+
+#: Most parameters of a model: a built-in model is counted on torch's meta device before anything
+#: is allocated, a model from a registered or Python factory once built (before the run folder).
+MAX_MODEL_PARAMETERS = 10**9
+#: Largest width option of a built-in model (``mlp`` ``hidden`` and ``model.hidden``, ``leaf_cnn``
+#: ``dense``, ``char_lstm`` ``vocab``, ``embed``, ``units``).
+MAX_MODEL_WIDTH = 2**14
+#: Most layers of a built-in model (``char_lstm`` ``layers``).
+MAX_MODEL_LAYERS = 64
+#: Largest ``evals.csv`` a resumed run reads (bytes; MAX_EVAL_ROWS rows of five numbers fit in
+#: about 110 MB).
+MAX_EVAL_BYTES = 2**28

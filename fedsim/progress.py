@@ -43,6 +43,8 @@ class Progress:
     def __init__(self, bar: tqdm):
         self._bar = bar
         self._acc: float | None = None
+        self._postfix: dict = {}
+        self._note: str | None = None
 
     def __call__(self, row: Any = None) -> None:
         if self._bar.disable:  # closed
@@ -56,15 +58,22 @@ class Progress:
             postfix = {} if t_sim is None else {"t_sim": f"{t_sim:.1f}s"}
             if self._acc is not None:
                 postfix["acc"] = f"{self._acc:.4f}"
-            self._bar.set_postfix(postfix, refresh=False)
+            self._postfix = postfix
+            self._bar.set_postfix(self._shown(), refresh=False)
             self._bar.update(int(done) + 1 - self._bar.n)
             if int(done) + 1 >= self._bar.total or _number(_field(row, "diverged")):
                 self.close()
 
-    def note(self, text: str) -> None:
-        """Show ``text`` after the counts (e.g. a cluster's running and retried runs)."""
-        if not self._bar.disable:
-            self._bar.set_postfix_str(text)
+    def note(self, text: str | None) -> None:
+        """Show ``text`` after the postfix now (None: remove it): what the run is waiting for
+        (:func:`fedsim.engine.threads.hold_cores`: other runs holding the cores)."""
+        if self._bar.disable:
+            return
+        self._note = text
+        self._bar.set_postfix(self._shown(), refresh=True)
+
+    def _shown(self) -> dict:
+        return {**self._postfix, "note": self._note} if self._note else self._postfix
 
     def hidden(self) -> AbstractContextManager:
         """A context in which other lines can be written to the bar's stream (the bar is redrawn after)."""

@@ -20,6 +20,7 @@ registry           scenario field               a piece is
                                                 (:class:`fedsim.selection.section.SelectionSection`)
 ``COMPRESSORS``    ``algorithm.compression.name``  a compressor's section class
                                                 (:class:`fedsim.compression.CompressionSection`)
+``LOSSES``         ``loss.name``                ``loss(outputs, targets) -> scalar`` (the minibatch mean)
 =================  ===========================  ==============================================
 
 fedsim's built-ins register here exactly as a plug-in would, as lazy ``"module:attribute"``
@@ -34,8 +35,7 @@ from .named_pieces import Registry
 
 __all__ = [
     "MODELS", "DATASETS", "ALGORITHMS", "SOLVERS", "CORRECTIONS", "AGGREGATIONS", "SERVER_OPTS", "STALENESS",
-    "AVAILABILITY", "SELECTORS", "ALL",
-    "AVAILABILITY", "COMPRESSORS", "ALL",
+    "AVAILABILITY", "SELECTORS", "COMPRESSORS", "LOSSES", "ALL",
 ]
 
 MODELS: Registry = Registry("model", "model.name")
@@ -49,6 +49,7 @@ STALENESS: Registry = Registry("staleness rule", "algorithm.staleness")
 AVAILABILITY: Registry = Registry("availability model", "system.availability.model")
 SELECTORS: Registry = Registry("selection rule", "round.selection.name")
 COMPRESSORS: Registry = Registry("compressor", "algorithm.compression.name")  # also downlink_compression
+LOSSES: Registry = Registry("loss", "loss.name")
 
 #: kind -> registry: the one table of them (``fedsim.register_<kind>``, the scenario's algorithm part
 #: fields and :func:`fedsim.algorithms.spec.part` look a kind up here).
@@ -57,6 +58,7 @@ ALL = {
     "aggregation": AGGREGATIONS, "server_opt": SERVER_OPTS, "staleness": STALENESS, "availability": AVAILABILITY,
     "selector": SELECTORS,
     "compressor": COMPRESSORS,
+    "loss": LOSSES,
 }
 
 
@@ -106,6 +108,9 @@ def _register_builtins() -> None:
     for name, section in (("none", "NoneSection"), ("topk", "TopKSection"), ("randk", "RandKSection"),
                           ("qsgd", "QSGDSection"), ("sign", "SignSection"), ("fp16", "FP16Section")):
         COMPRESSORS.register(name, f"fedsim.compression.{name}:{section}")
+    # losses (fedsim/losses.py): loss(outputs, targets) -> scalar mean
+    LOSSES.register("cross_entropy", "fedsim.losses:cross_entropy")
+    LOSSES.register("from_python", "fedsim.api:from_python_placeholder")  # fedsim.run(loss=...): the loss object
 
 
 #: The built-in presets' names, in the order of fedsim.algorithms.presets.PRESETS (a test checks it).

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from typing import Any
+from typing import Any, Collection
 
 from .errors import ScenarioError
 from .limits import (
@@ -21,6 +21,7 @@ from .limits import (
 __all__ = [
     "NAME_PATTERN", "check_name", "check_names", "check_run_name", "check_limits", "check_paths", "check_device_spec",
     "check_device_available", "parse_seeds", "check_target", "check_runnable", "check_ready", "check_trace", "check_compute_steps",
+    "check_file_pieces", "check_clock", "PYTHON_PIECES",
 ]
 
 #: One folder name: ASCII letters, digits, ``.``, ``_``, ``=``, ``+``, ``-``, starting with a letter
@@ -202,15 +203,83 @@ def check_runnable(sc: Any) -> None:
                 raise ScenarioError(f"system.{key}: quadratic data has no model, so no FLOPs or bytes to time; use system.speed")
 
 
-def check_ready(sc: Any) -> None:
+#: The pieces a run can take from Python (``fedsim.run(data=..., model=..., loss=...)``), by their
+#: scenario field; ``NAME: from_python`` in a file names nothing a file can supply.
+PYTHON_PIECES = {"data": "data.name", "model": "model.name", "loss": "loss.name"}
+
+
+def check_file_pieces(sc: Any, from_python: Collection[str] = ()) -> None:
+    """``data.name``, ``model.name`` or ``loss.name`` ``from_python`` is what fedsim records for a
+    piece handed to :func:`fedsim.run` as an object; a scenario (a file, a mapping) that names it
+    for a piece not given so (``from_python`` lists those given) is refused (issue 28 item 15)."""
+    for piece, path in PYTHON_PIECES.items():
+        section = getattr(sc, piece, None)
+        if getattr(section, "name", None) == "from_python" and piece not in from_python:
+            raise ScenarioError(f"{path}: 'from_python' stands for a {piece} given to fedsim.run({piece}=...) from "
+                                "Python; a scenario file cannot supply it (name a registered one)")
+
+
+def check_ready(sc: Any, from_python: Collection[str] = ()) -> None:
     """The checks a run makes before it is built, shared by ``fedsim validate``/``run``/``compare``
-    and the Python API: :func:`check_runnable`, and :func:`check_trace` on the scenario's trace
-    (parsed once: the clock reuses it, :func:`fedsim.clock.trace.load_trace`)."""
+    and the Python API: :func:`check_file_pieces` (``from_python``: the pieces given as Python
+    objects), :func:`check_runnable`, :func:`check_trace` on the scenario's trace (parsed once:
+    the clock reuses it, :func:`fedsim.clock.trace.load_trace`) and :func:`check_clock`."""
+    check_file_pieces(sc, from_python)
     check_runnable(sc)
+    trace = None
     if sc.system.trace is not None:
         from .clock import load_trace
 
-        check_trace(sc, load_trace(sc.system.trace, sc.data.num_clients))
+        trace = load_trace(sc.system.trace, sc.data.num_clients)
+        check_trace(sc, trace)
+    check_clock(sc, trace)
+
+
+def check_clock(sc: Any, trace: Any = None) -> None:
+    """What the clock refuses when it is built (issue 28 items 6 and 15), asked at validation:
+    availability that changes faster than ``MIN_SOJOURN`` of the shortest round (Markov and
+    diurnal means, a plug-in's ``time_scales()``), traces cycled faster than that.
+
+    The clock is built here, on the scenario's own values, whenever they decide it without the
+    data or the model: a window or deadline round (its length is the time scale) or prescribed
+    ``local_steps``, and neither ``system.compute``, ``system.network`` nor a device trace (those
+    time steps and transfers by the model's FLOPs and bytes), nor a client count the data decide.
+    Otherwise only the bound of the shortest round known without them is checked (latencies and
+    the fastest speed), and the run checks the rest when it builds its clock (before its folder)."""
+    system, rnd = sc.system, sc.round
+    from .scenario.distributions import dist_high  # fedsim.scenario imports this module
+
+    needs_cost = system.compute is not None or system.network is not None or bool(getattr(trace, "device", False))
+    needs_sizes = rnd.local_epochs is not None and rnd.policy not in ("window", "deadline")
+    if not (needs_cost or needs_sizes or sc.data.clients_from_data):
+        import numpy as np
+
+        from .clock import Clock, Population
+
+        m = sc.data.num_clients
+        try:
+            Clock(system.value(sc.algorithm.batch_size), rnd.value(sc.algorithm.batch_size),
+                  Population.of(np.ones(m, dtype=np.int64)), seed=sc.seed)
+        except ValueError as err:  # the clock's own input errors: one line
+            if isinstance(err, ScenarioError):
+                raise
+            raise ScenarioError(f"system: {err}") from None
+        return
+    av = system.availability
+    if not hasattr(av, "clock_value"):  # always, offline intervals, a trace: no time scales
+        return
+    from .clock import MIN_SOJOURN
+
+    if rnd.policy in ("window", "deadline"):
+        shortest = float(getattr(rnd, rnd.policy))
+    else:
+        fastest = dist_high(system.speed) if system.speed is not None else math.inf
+        shortest = 2 * system.latency + (1.0 / fastest if fastest < math.inf else 0.0)
+    least = MIN_SOJOURN * shortest
+    for key, seconds in av.clock_value().time_scales().items():
+        if seconds < least:
+            raise ScenarioError(f"system.availability.{key}: must be at least {least:g} s ({MIN_SOJOURN:g} of the "
+                                f"shortest round, at least {shortest:g} s): shorter sojourns flip faster than rounds run")
 
 
 def _check_per_client(sc: Any) -> None:
@@ -224,12 +293,17 @@ def _check_per_client(sc: Any) -> None:
 
 
 def check_trace(sc: Any, trace: Any) -> None:
-    """A loaded trace the run could not use: under ``wait`` or ``async`` a round needs a client
-    online, so a trace where none of the scenario's clients is ever online is refused; under
-    ``async``, ``round.concurrency`` may not exceed the clients ever online."""
-    if sc.round.policy in ("wait", "async") and not any(bool(c.online.any()) for c in trace.clients):
+    """A loaded trace the run could not use: under ``wait``, ``overcommit`` or ``async`` a round
+    needs a client online, so a trace where none of the scenario's clients is ever online is
+    refused; under ``async``, ``round.concurrency`` may not exceed the clients ever online; a
+    device trace needs a model (not quadratic data)."""
+    if sc.round.policy in ("wait", "overcommit", "async") and not any(bool(c.online.any()) for c in trace.clients):
         raise ScenarioError(f"system.trace: no client is ever online in {trace.path}; policy {sc.round.policy} "
                             "would wait forever")
+    if getattr(trace, "device", False) and sc.data.name == "quadratic":  # issue 28 item 6: the clock needs the model's bytes
+        raise ScenarioError(f"system.trace: {trace.path} is a device trace (sample_seconds, bandwidths): it times "
+                            "steps and transfers by the model's size, and quadratic data has no model; "
+                            "use a speed trace (client,start,end,online,speed)")
     rnd = sc.round
     if rnd.policy == "async" and rnd.concurrency is not None:
         # client k replays trace entry k mod n: count the scenario's clients that are ever online
@@ -319,5 +393,6 @@ def _check_ints(value: Any, path: str) -> None:
         for k, v in value.items():
             _check_ints(v, f"{path}.{k}" if path else str(k))
     elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_ints(v, f"{path}.{i}")
+        for i, v in enumerate(value):  # floats, the bulk of long per-client lists, need no call
+            if type(v) is not float:
+                _check_ints(v, f"{path}.{i}")

@@ -70,3 +70,28 @@ def test_module_map_lists_every_module():
     listed = {f.strip("` ") for r in rows for f in r[0].split(",")}
     have = {p.name for p in (ROOT / "fedsim" / "algorithms").glob("*.py") if p.name != "__init__.py"}
     assert listed == have
+
+
+def test_minibatch_rule_as_documented():
+    """docs/algorithms.md, "Minibatches": B examples a step, a running stream of shuffled epochs,
+    B = 32 on 10 examples repeats each example two to four times in a step."""
+    import numpy as np
+
+    from fedsim.engine.train import BatchStream, Task
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "algorithms.md").read_text().split())
+    assert "each example appears two to four times in it" in text and "No batch is ever smaller than B" in text
+
+    class Work:
+        client_indices = [np.arange(100, 110)]
+
+    for seed in range(20):
+        steps = BatchStream(Work(), seed, Task(0, 7, seed), 32).take(7)
+        assert steps.shape == (7, 32) and set(np.unique(steps)) <= set(range(100, 110))
+        counts = np.array([np.bincount(r - 100, minlength=10) for r in steps])
+        assert counts.min() >= 2 and counts.max() <= 4
+        flat = steps.reshape(-1)[: 10 * 22]  # whole epochs: each a permutation of the client's examples
+        assert all(sorted(flat[i:i + 10]) == list(range(100, 110)) for i in range(0, len(flat), 10))
+    # B = 4 on 10 examples, 5 steps: 2 epochs exactly, each example twice
+    steps = BatchStream(Work(), 0, Task(0, 5, 0), 4).take(5)
+    assert sorted(np.bincount(steps.reshape(-1) - 100).tolist()) == [2] * 10

@@ -48,7 +48,7 @@ def feddyn_server(spec):
     def update(d, state, ctx):
         upd = ctx.update
         h = {k: state["h." + k] - alpha * upd.deltas[k].sum(0) / upd.num_clients for k in d}
-        return {k: d[k] - h[k] / alpha for k in d}, {"h." + k: h[k] for k in d}
+        return {k: upd.deltas[k].mean(0) - h[k] / alpha for k in d}, {"h." + k: h[k] for k in d}
 
     return T.Transform(init, update, name="feddyn_server")
 
@@ -92,6 +92,28 @@ def test_feddyn_two_rounds_match_the_paper(feddyn):
     np.testing.assert_allclose(state.opt["h.x"].numpy(), h, rtol=1e-12, atol=1e-15)
     for i in range(3):
         np.testing.assert_allclose(state.c_clients[i]["x"].numpy(), g[i], rtol=1e-12, atol=1e-15)
+
+
+def test_feddyn_with_unequal_client_sizes_still_averages_plainly(feddyn):
+    """Issue 28: clients of 10, 25 and 40 samples (p_i = n_i / n) aggregate a weighted d; FedDyn's
+    server takes the plain mean of the models, as Algorithm 1 (the reference ignores p_i)."""
+    sizes = np.array([10.0, 25.0, 40.0])
+    work = quadratic_work(CENTERS, weights=sizes / sizes.sum())
+    params, state = start(feddyn, work)
+    for r, steps in enumerate(STEPS):
+        params, state, _ = run_round(feddyn, work, params, state, steps, LR, key=r)
+    theta, _, h = reference(np.asarray(CENTERS), STEPS, LR, ALPHA)
+    np.testing.assert_allclose(params["x"].numpy(), theta, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(state.opt["h.x"].numpy(), h, rtol=1e-12, atol=1e-15)
+
+
+def test_the_docs_feddyn_is_the_plain_mean():
+    """docs/extending.md's example server optimizer is this file's (the paper's plain mean)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    assert "return {k: upd.deltas[k].mean(0) - h[k] / alpha for k in d}" in text
+    assert "return {k: d[k] - h[k] / alpha" not in text
 
 
 def test_feddyn_one_round_by_hand(feddyn):

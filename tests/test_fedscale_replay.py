@@ -158,7 +158,7 @@ def test_fedscale_keys_are_checked(system, message):
 def test_fedscale_semantics_refuse_async():
     from fedsim.scenario import ScenarioError, parse_scenario
 
-    with pytest.raises(ScenarioError, match="system.trace_semantics: fedscale applies to window, wait and deadline"):
+    with pytest.raises(ScenarioError, match="system.trace_semantics: fedscale applies to synchronous rounds \\(window, wait, deadline, overcommit\\)"):
         parse_scenario({"data": {"name": "synthetic", "clients": 4}, "model": {"name": "logreg"},
                         "system": {"trace": "t.csv", "trace_semantics": "fedscale"},
                         "round": {"policy": "async", "concurrency": 2, "local_steps": 2},

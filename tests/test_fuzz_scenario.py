@@ -416,3 +416,52 @@ def test_plugin_pieces_exit_0_or_2_within_bounds(regs, tail, tmp_path):
     _assert_0_or_2(code, err)
     if code == 2:
         assert not (tmp_path / "out").exists(), err
+
+# --------------------------------------------------------------------------- issue 28: big files, new keys
+def _big_speed_list(n: int = 999_000) -> str:
+    """A 3 MB scenario: one speed per client for 999,000 clients."""
+    return ("data: {name: quadratic, clients: %d}\nrounds: 1\nround: {policy: window, window: 10}\n"
+            "system: {speed: [%s]}\n" % (n, ", ".join(["1", "2.5"] * (n // 2) + ["1"] * (n % 2))))
+
+
+def _many_anchors(n: int = 400_000) -> str:
+    """A 6 MB file of anchors and aliases (refused: the aliases expand past MAX_YAML_NODES)."""
+    return (f"data: {{name: quadratic, clients: {n}}}\nsystem: {{speed: [" + ", ".join(f"&a{i} 1.5" for i in range(n))
+            + "]}\nx: [" + ", ".join(f"*a{i}" for i in range(0, n, 2)) + ", *a1" * (n // 2) + "]\n")
+
+
+@pytest.mark.parametrize("make, code", [(_big_speed_list, 0), (_many_anchors, 2)], ids=["speed-list", "anchors"])
+def test_big_scenario_files_within_bounds(make, code, tmp_path):
+    """Issue 28 item 10: validate took 26-140 s and 0.8 GB on these; now seconds (tests/test_yaml_loader.py)."""
+    text = make()
+    assert len(text) > 3 * 10**6
+    (tmp_path / "s.yaml").write_text(text)
+    got, err = _cli("validate", "s.yaml", cwd=tmp_path)
+    _assert_0_or_2(got, err)
+    assert got == code, err
+
+
+option_values = st.one_of(huge, st.integers(-3, 20), st.text(max_size=5), st.none(), st.booleans(),
+                          st.lists(st.integers(0, 5), max_size=3), st.sampled_from(["leaf", "torch", "evil"]))
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model=st.sampled_from(["logreg", "mlp", "cnn", "vgg11", "resnet18_gn", "leaf_cnn", "char_lstm", "nope"]),
+       options=st.dictionaries(st.sampled_from(["hidden", "dense", "units", "embed", "layers", "vocab", "cell",
+                                                "input_shape", "num_classes", "x"]), option_values, max_size=3),
+       hidden=st.one_of(st.none(), huge, st.integers(-3, 300)),
+       data=st.sampled_from(["synthetic", "digits", "cifar10", "femnist", "shakespeare"]),
+       loss=st.one_of(st.none(), st.sampled_from(["cross_entropy", "from_python", "nope", "", "os:system"]), huge))
+def test_model_options_and_loss_exit_0_or_2(model, options, hidden, data, loss, tmp_path):
+    """Issue 28: the model's options (types, bounds, the data it fits) and the loss section, under
+    the same contract (validate imports no torch for these checks)."""
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
+    raw = {"rounds": 1, "data": {"name": data}, "model": {"name": model, "options": options},
+           "round": {"policy": "wait", "local_steps": 1}}
+    if hidden is not None:
+        raw["model"]["hidden"] = hidden
+    if loss is not None:
+        raw["loss"] = {"name": loss}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    code, err = _cli("validate", "s.yaml", cwd=tmp_path)
+    _assert_0_or_2(code, err)

@@ -47,3 +47,27 @@ def test_run_and_schedule_are_the_api_functions_and_no_module_shadows_them(name,
     assert getattr(fedsim, name) is getattr(fedsim.api, name)
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(f"fedsim.{name}")
+
+
+def test_federated_data_arguments_are_all_documented():
+    """docs/python-api.md names every field of FederatedData and every parameter of its two
+    constructors (issue 28, the researcher's rough edges)."""
+    import dataclasses
+    import inspect
+    from pathlib import Path
+
+    from fedsim.data.federated import FederatedData
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "python-api.md").read_text()
+    section = text[text.index("### `FederatedData`"):text.index("## Your own loss")]
+    for f in dataclasses.fields(FederatedData):
+        assert f"`{f.name}`" in section, f.name
+    for ctor in (FederatedData.from_clients, FederatedData.from_column):
+        params = [p for p in inspect.signature(ctor).parameters if p != "kw"]
+        shown = f"`FederatedData.{ctor.__name__}({', '.join(params[:-1] if ctor.__name__ == 'from_column' else params[:1])}"
+        assert shown in section, shown
+        for p in params:
+            assert p in section, p
+    sig = "`fedsim.FederatedData(" + ", ".join(
+        f.name if f.default is dataclasses.MISSING else f"{f.name}={f.default!r}" for f in dataclasses.fields(FederatedData))
+    assert sig.replace("'", '"') in " ".join(section.split()), sig

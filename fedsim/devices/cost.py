@@ -76,8 +76,9 @@ def model_bytes(params: Mapping[str, torch.Tensor] | nn.Module) -> int:
 def payload_size(module: nn.Module, payload: int | str) -> int:
     """``system.payload_bytes``: an explicit number of bytes, or ``fedscale_pickle``: FedScale's
     rule ``sys.getsizeof(pickle.dumps(model))`` applied to fedsim's module (FedScale pickles its
-    model adapter, which adds its own class names and server optimizer: a few hundred bytes more;
-    give the number explicitly to match a FedScale run exactly)."""
+    model adapter, which adds its class names, its server optimizer and its whole argument
+    namespace: about 2.7 KB more, e.g. 53.5 kbit against 31.9 kbit for a 60 -> 10 logistic
+    regression; give the number explicitly to match a FedScale run exactly)."""
     if payload == "fedscale_pickle":
         import pickle
         import sys

@@ -9,8 +9,9 @@ come from ``FederatedData.sizes`` without building any client.
 With ``FederatedData.check_clients == "all"`` every client is fetched and checked once more while
 the workload is built (:func:`check_every_client`), before the run folder is touched.
 
-Test data: the shared ``test`` set when given, else the evaluation sample's per-client test parts
-(``client_test``), concatenated in client order.
+Test data: the shared ``test`` set when given (checked against the training data: shapes, labels),
+else the evaluation sample's per-client test parts (``client_test``, checked as clients are),
+concatenated in client order.
 
 Dtypes: floating inputs are cast to the engine dtype, other inputs (int64 token ids) keep theirs;
 class targets (``num_classes`` set) are int64, floating targets the engine dtype, others as given.
@@ -97,6 +98,24 @@ def check_every_client(data, dtype: torch.dtype) -> None:
         fetch([k])
 
 
+def _check_test_set(data, x_train: torch.Tensor, y_train: torch.Tensor, x_test: torch.Tensor,
+                    y_test: torch.Tensor) -> None:
+    """The shared ``test`` set against the training data (issue 28 item 8: found at the first
+    evaluation, after the run folder was written): examples and targets of the training data's
+    shapes, labels in 0..num_classes-1."""
+    if tuple(x_test.shape[1:]) != tuple(x_train.shape[1:]):
+        raise ScenarioError(f"data: the test set's examples have shape {tuple(x_test.shape[1:])}; the clients' "
+                            f"training examples have {tuple(x_train.shape[1:])}")
+    if tuple(y_test.shape[1:]) != tuple(y_train.shape[1:]):
+        raise ScenarioError(f"data: the test set's targets have shape {tuple(y_test.shape[1:])}; the clients' "
+                            f"training targets have {tuple(y_train.shape[1:])}")
+    if x_test.is_floating_point() != x_train.is_floating_point():
+        raise ScenarioError(f"data: the test set's examples are {str(x_test.dtype).replace('torch.', '')}, the "
+                            f"clients' {str(x_train.dtype).replace('torch.', '')}")
+    if data.num_classes is not None and len(y_test) and (int(y_test.min()) < 0 or int(y_test.max()) >= data.num_classes):
+        raise ScenarioError(f"data: the test set has labels outside 0..{data.num_classes - 1}")
+
+
 def _one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
@@ -119,15 +138,23 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
     ends = np.cumsum(sizes[held_ids])
     held = [np.arange(e - n, e, dtype=np.int64) for n, e in zip(sizes[held_ids], ends)]
     if data.test is not None:
-        x_test, y_test = data.test
-        if len(x_test) != len(y_test):
-            raise ScenarioError(f"data: the test set has {len(x_test)} inputs and {len(y_test)} targets")
-        x_test = _tensor(x_test, device, dtype)
-        y_test = _tensor(y_test, device, dtype, classes=data.num_classes is not None)
+        try:
+            x_test, y_test = data.test
+            nx, ny = len(x_test), len(y_test)
+        except (TypeError, ValueError) as err:
+            raise ScenarioError(f"data: the test set must be (x, y): {_one_line(err)}") from None
+        if nx != ny:
+            raise ScenarioError(f"data: the test set has {nx} inputs and {ny} targets")
+        try:
+            x_test = _tensor(x_test, device, dtype)
+            y_test = _tensor(y_test, device, dtype, classes=data.num_classes is not None)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise ScenarioError(f"data: the test set holds arrays torch cannot take: {_one_line(err)}") from None
         if data.mean is not None and x_test.is_floating_point():
             mean = torch.as_tensor(data.mean, dtype=dtype, device=device).view(1, -1, 1, 1)
             std = torch.as_tensor(data.std, dtype=dtype, device=device).view(1, -1, 1, 1)
             x_test = (x_test - mean) / std
+        _check_test_set(data, x_train, y_train, x_test, y_test)
     else:
         x_test, y_test = fetcher(data, device, dtype, test=True)(held_ids)
     augment = data.augment if sc.data.augment is None else sc.data.augment

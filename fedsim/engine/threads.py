@@ -55,7 +55,7 @@ __all__ = [
 SLOTS = Path(tempfile.gettempdir()) / f"fedsim-cores-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 _state: dict = {"rule": None, "cpus": None, "files": {}, "held": False, "waited": 0.0, "rounds": 0, "dir": None,
-                "bypass": None}
+                "bypass": None, "queue": None, "noticed": -math.inf}
 
 
 def cgroup_cpus(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
@@ -233,12 +233,84 @@ def _slot(cpu: int):
     return _state["files"][cpu]
 
 
-def _wait_lock(fd: int, deadline: float) -> bool:
+#: A wait for cores longer than this (seconds) is said on stderr and in the progress bar.
+NOTICE_AFTER_S = 1.0
+#: At most one stderr line per this many seconds of a run that keeps waiting.
+NOTICE_EVERY_S = 60.0
+
+
+class _Notice:
+    """One acquisition's wait: once it passes ``NOTICE_AFTER_S`` the run says who holds the cores
+    (pids and commands, read from the slot and queue files) on stderr when it is a terminal (a
+    captured or piped stderr keeps its one-line contract: exit 2 is one line), at most once per
+    ``NOTICE_EVERY_S``, and to ``callback`` (the progress bar) until the cores are taken."""
+
+    def __init__(self, callback=None):
+        self.start = time.monotonic()
+        self.callback = callback
+        self.said = False
+
+    def due(self) -> float:
+        """``time.monotonic()`` at which to say it (now or past: already said)."""
+        return self.start + NOTICE_AFTER_S
+
+    def say(self, fds: list[int]) -> None:
+        if self.said:
+            return
+        self.said = True
+        holders = _holders(fds)
+        who = ", ".join(f"pid {pid} ({cmd})" for pid, cmd in holders) or "another process"
+        now = time.monotonic()
+        import sys
+
+        isatty = getattr(sys.stderr, "isatty", None)
+        if isatty is not None and isatty() and now - _state.get("noticed", -math.inf) >= NOTICE_EVERY_S:
+            _state["noticed"] = now
+            print(f"fedsim: waiting for CPU cores other fedsim runs hold (first come, first served): {who}; "
+                  "FEDSIM_HOLD_CORES=0 runs without taking turns (docs/performance.md)", file=sys.stderr, flush=True)
+        if self.callback is not None:
+            self.callback(f"waiting for cores ({who})"[:120])
+
+    def done(self) -> None:
+        if self.said and self.callback is not None:
+            self.callback(None)
+
+
+def _holders(fds: list[int]) -> list[tuple[int, str]]:
+    """(pid, command) of the live processes whose pid the files ``fds`` hold (each holder writes its
+    pid into a slot or queue file it locks); the command from /proc, cut to 60 characters."""
+    out, seen = [], {os.getpid()}
+    for fd in fds:
+        try:
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        except OSError:
+            continue
+        if not text.isdigit() or int(text) in seen:
+            continue
+        pid = int(text)
+        seen.add(pid)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = " ".join(f.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").split())  # one line
+        except OSError:
+            cmd = ""
+        out.append((pid, (cmd[:57] + "...") if len(cmd) > 60 else cmd or "?"))
+    return out
+
+
+def _wait_lock(fd: int, deadline: float, notice: _Notice | None = None, about: list[int] | None = None) -> bool:
     """Take the lock of ``fd`` by ``deadline`` (``time.monotonic``); False if it stayed taken.
 
     The wait is a blocking ``flock`` (the kernel wakes the waiter as soon as the lock is free, so
     a waiting run is not starved by others, as polling would be) in a helper thread joined with
-    a timeout; a helper that gets the lock after its waiter gave up releases it at once."""
+    a timeout; a helper that gets the lock after its waiter gave up releases it at once. Past
+    ``notice.due()`` the notice is said, naming the holders of ``about`` (default ``[fd]``)."""
     import fcntl
     import threading
 
@@ -262,6 +334,10 @@ def _wait_lock(fd: int, deadline: float) -> bool:
 
     helper = threading.Thread(target=take, name="fedsim-core-slot", daemon=True)
     helper.start()
+    if notice is not None and not notice.said:
+        helper.join(max(0.0, min(deadline, notice.due()) - time.monotonic()))
+        if helper.is_alive() and time.monotonic() < deadline:
+            notice.say(about or [fd])
     helper.join(max(0.0, deadline - time.monotonic()))
     with guard:
         if not state["got"]:
@@ -269,52 +345,230 @@ def _wait_lock(fd: int, deadline: float) -> bool:
         return state["got"]
 
 
-def _acquire(threads: int) -> list:
-    """Lock ``threads`` core slots. One: the first free one (last core first), else wait for the
-    last; more: the lowest ``threads`` cores, waiting in increasing order (ordered locking: runs
-    never wait on each other in a cycle). A wait longer than ``MAX_CORE_WAIT_S`` releases what is
-    held, bypasses the slots from then on and returns nothing."""
+_PID = b"%11d\n"
+
+
+def _open_in_slots(name: str, create: bool = True) -> int | None:
+    """A regular file ``name`` in the checked slot folder, opened with ``O_NOFOLLOW`` (None: the
+    folder is bypassed, or ``create`` is false and it does not exist); anything but a regular
+    file there bypasses the slots."""
+    dirfd = _slot_dir()
+    if dirfd is None:
+        return None
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(name, flags, 0o600, dir_fd=dirfd)
+    except FileNotFoundError:
+        if create:
+            _bypass(f"{SLOTS}/{name}: cannot be created")
+        return None
+    except OSError as err:
+        _bypass(f"{SLOTS}/{name}: {err.strerror}")
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        _bypass(f"{SLOTS}/{name} is not a regular file")
+        return None
+    return fd
+
+
+def _unlink(name: str) -> None:
+    dirfd = _slot_dir()
+    if dirfd is not None:
+        try:
+            os.unlink(name, dir_fd=dirfd)
+        except OSError:
+            pass
+
+
+def _queue_fd(deadline: float) -> int | None:
+    """The slot folder's ``queue`` file, locked (held for microseconds by each run that reads or
+    updates its two counters: the last ticket given, the last ticket served); None when the slots
+    are bypassed."""
+    cached = _state.get("queue")
+    if cached is not None and cached[0] == Path(SLOTS):
+        qfd = cached[1]
+    else:
+        qfd = _open_in_slots("queue")
+        if qfd is None:
+            return None
+        _state["queue"] = (Path(SLOTS), qfd)
+    if not _wait_lock(qfd, deadline):
+        _bypass(f"{SLOTS}/queue stayed locked for more than {limits.MAX_CORE_WAIT_S:g} s")
+        return None
+    return qfd
+
+
+def _counters(qfd: int) -> list[int]:
+    """[last ticket given, last ticket served] of the locked queue file ([0, 0] when new or not ours)."""
+    parts = os.pread(qfd, 64, 0).split()
+    if len(parts) == 2 and all(p.isdigit() and len(p) < 20 for p in parts):
+        return [int(parts[0]), int(parts[1])]
+    return [0, 0]
+
+
+def _set_counters(qfd: int, given: int, served: int) -> None:
+    os.pwrite(qfd, b"%20d %20d\n" % (given, served), 0)
+
+
+def _enqueue(qfd: int, counters: list[int]) -> tuple[int, int] | None:
+    """Take the next ticket t (``qfd`` locked by the caller) and hold the lock of a new file
+    ``q-<t>`` until this run has its slots. None when the slots are bypassed."""
+    import fcntl
+
+    ticket = counters[0] + 1
+    _set_counters(qfd, ticket, counters[1])
+    fd = _open_in_slots(f"q-{ticket}")
+    if fd is None:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # another process holds a file of this ticket: not our protocol
+        os.close(fd)
+        _bypass(f"{SLOTS}/q-{ticket} is locked by another process")
+        return None
+    os.pwrite(fd, _PID % os.getpid(), 0)
+    return ticket, fd
+
+
+def _served(ticket: int, deadline: float) -> None:
+    """Record that ``ticket``'s run has its slots: while no ticket is waiting, runs skip the queue."""
+    import fcntl
+
+    qfd = _queue_fd(deadline)
+    if qfd is not None:
+        try:
+            given, served = _counters(qfd)
+            _set_counters(qfd, max(given, ticket), max(served, ticket))
+        finally:
+            fcntl.flock(qfd, fcntl.LOCK_UN)
+
+
+def _try_all(fds: list[int]) -> bool:
+    """Lock every one of ``fds`` without waiting, or none."""
+    import fcntl
+
+    got = []
+    for f in fds:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            for g in reversed(got):
+                fcntl.flock(g, fcntl.LOCK_UN)
+            return False
+        got.append(f)
+    return True
+
+
+def _wait_turn(ticket: int, deadline: float, notice: _Notice) -> bool:
+    """Wait until the run with the ticket before ours has its slots (it then releases its queue
+    file; a run that died releases it too); False when that took past ``deadline``."""
+    import fcntl
+
+    name = f"q-{ticket - 1}"
+    fd = _open_in_slots(name, create=False)
+    if fd is None:
+        return _state["bypass"] is None
+    try:
+        if not _wait_lock(fd, deadline, notice, [fd] + [f for f in _state["files"].values() if f is not None]):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    _unlink(name)
+    return True
+
+
+def _leave_queue(entry: tuple[int, int] | None) -> None:
+    import fcntl
+
+    if entry is None:
+        return
+    ticket, fd = entry
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    _unlink(f"q-{ticket}")
+
+
+def _acquire(threads: int, callback=None) -> list:
+    """Lock ``threads`` core slots, first come, first served across processes.
+
+    Under the lock of the ``queue`` file: when no run is queued and the slots are free, take them
+    at once (the usual case: a few system calls). Otherwise take a ticket (:func:`_enqueue`), wait
+    for the run with the ticket before (:func:`_wait_turn`), then for the slots. One thread: the
+    first free slot (last core first), else wait for the last; more: the lowest ``threads``
+    cores, waiting in increasing order (ordered locking: runs never wait on each other in a
+    cycle). A wait of more than ``NOTICE_AFTER_S`` is said (:class:`_Notice`). A wait longer than
+    ``MAX_CORE_WAIT_S`` releases what is held, bypasses the slots from then on and returns nothing."""
     import fcntl
 
     if _state["cpus"] is None:  # once per process
         _state["cpus"] = sorted(_affinity())[: usable_cores()]
     cpus = _state["cpus"]
-    if threads <= 1:
-        for cpu in reversed(cpus):
-            f = _slot(cpu)
-            if f is None:
-                return []
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return [f]
-            except BlockingIOError:
-                continue
-        cpus = cpus[-1:]
-    held = []
-    deadline = time.monotonic() + limits.MAX_CORE_WAIT_S
-    for cpu in cpus[: max(1, threads)]:
-        f = _slot(cpu)
-        if f is None:
-            break
-        if not _wait_lock(f, deadline):
-            _bypass(f"a core slot stayed taken for more than {limits.MAX_CORE_WAIT_S:g} s "
-                    f"(round {_state['rounds'] + 1} of this process); ran without turns from then on")
-            break
-        held.append(f)
-    if _state["bypass"] is not None:
-        for f in reversed(held):
-            fcntl.flock(f, fcntl.LOCK_UN)
+    wanted = cpus[: max(1, threads)] if threads > 1 else list(reversed(cpus))
+    fds = [_slot(c) for c in wanted]
+    if any(f is None for f in fds):
         return []
+    deadline = time.monotonic() + limits.MAX_CORE_WAIT_S
+    qfd = _queue_fd(deadline)
+    if qfd is None:
+        return []
+    try:
+        counters = _counters(qfd)
+        if counters[0] <= counters[1]:  # nobody queued: free slots are taken at once
+            if threads > 1 and _try_all(fds):
+                return _mark(fds)
+            for f in fds if threads <= 1 else ():
+                if _try_all([f]):
+                    return _mark([f])
+        entry = _enqueue(qfd, counters)
+    finally:
+        fcntl.flock(qfd, fcntl.LOCK_UN)
+    notice = _Notice(callback)
+    held: list = []
+    try:
+        if entry is None:
+            return []
+        if not _wait_turn(entry[0], deadline, notice):
+            if _state["bypass"] is None:
+                _bypass(f"the run ahead in the queue for core slots waited more than {limits.MAX_CORE_WAIT_S:g} s "
+                        f"(round {_state['rounds'] + 1} of this process); ran without turns from then on")
+            return []
+        if threads <= 1:
+            held = next(([f] for f in fds if _try_all([f])), [])
+        for f in [] if held else (fds[:1] if threads <= 1 else fds):  # one thread: the last core
+            if not _wait_lock(f, deadline, notice, fds):
+                _bypass(f"a core slot stayed taken for more than {limits.MAX_CORE_WAIT_S:g} s "
+                        f"(round {_state['rounds'] + 1} of this process); ran without turns from then on")
+                break
+            held.append(f)
+        if _state["bypass"] is not None:
+            for f in reversed(held):
+                fcntl.flock(f, fcntl.LOCK_UN)
+            return []
+        _served(entry[0], deadline)
+        return _mark(held)
+    finally:
+        _leave_queue(entry)
+        notice.done()
+
+
+def _mark(held: list) -> list:
+    """``held``, each slot file given this process's pid (for a waiting run's notice)."""
+    for f in held:
+        os.pwrite(f, _PID % os.getpid(), 0)
     return held
 
 
 @contextmanager
-def hold_cores(device: torch.device):
+def hold_cores(device: torch.device, notice=None):
     """Hold this run's share of the machine while the block (a round's compute) runs: as many core
-    slots as torch has intra-op threads, waiting while other fedsim runs hold them. A no-op on a
-    GPU, under torchrun (ranks split the cores already and wait on each other in collectives),
-    inside another ``hold_cores``, with ``FEDSIM_HOLD_CORES=0``, and where ``fcntl`` is missing.
-    Changes no result: it only waits."""
+    slots as torch has intra-op threads, waiting (first come, first served) while other fedsim
+    runs hold them. A wait of more than ``NOTICE_AFTER_S`` is said on stderr when it is a terminal
+    (naming the holders' pids and commands) and to ``notice(text)`` (``notice(None)`` once the cores are taken; the
+    progress bar). A no-op on a GPU, under torchrun (ranks split the cores already and wait on each
+    other in collectives), inside another ``hold_cores``, with ``FEDSIM_HOLD_CORES=0``, and where
+    ``fcntl`` is missing. Changes no result: it only waits."""
     try:
         import fcntl  # noqa: F401
     except ImportError:
@@ -326,7 +580,7 @@ def hold_cores(device: torch.device):
         yield
         return
     t = time.perf_counter()
-    held = _acquire(torch.get_num_threads())
+    held = _acquire(torch.get_num_threads(), notice)
     _state["waited"] += time.perf_counter() - t
     _state["rounds"] += 1
     _state["held"] = True

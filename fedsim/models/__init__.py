@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
 
 from typing import Any
 
+from fedsim.errors import ScenarioError
 from fedsim.factory_options import call_factory, takes_option
+from fedsim.limits import MAX_MODEL_PARAMETERS
 from fedsim.models import resnet as _resnet
 from fedsim.models import vgg as _vgg
 
 #: fedsim's own models (registered in :data:`fedsim.registries.MODELS`).
 MODELS = ("logreg", "mlp", "cnn", "vgg11", "resnet18_gn")
 
-__all__ = ["MODELS", "build_model", "call_factory", "cnn", "count_parameters", "logreg", "mlp", "resnet18_gn", "two_conv_layers",
+__all__ = ["MODELS", "build_model", "call_factory", "check_size", "cnn", "count_parameters", "logreg", "mlp", "resnet18_gn", "two_conv_layers",
            "vgg11"]
 
 
@@ -97,13 +100,43 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
 
     Returns:
         The module (initialized from torch's global RNG: seed it first with ``torch.manual_seed``).
+
+    Raises:
+        ScenarioError: more than ``MAX_MODEL_PARAMETERS`` parameters (a built-in model is counted
+            on torch's meta device before anything is allocated), or a built-in model that does
+            not fit the data (``model.name: ...``).
     """
     from fedsim.registries import MODELS as registry
+    from fedsim.scenario.model_options import is_builtin
 
     factory = registry.get(name)
     if "hidden" in options and not takes_option(factory, "hidden"):
         options = {k: v for k, v in options.items() if k != "hidden"}
-    return call_factory(factory, (tuple(int(d) for d in input_shape), num_classes), options, f"model {name!r}", "model.options")
+    args = (tuple(int(d) for d in input_shape), num_classes)
+    what = f"model {name!r}"
+    if is_builtin(name):  # counted on the meta device first: nothing allocated, no random number drawn
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            check_size(_built(factory, args, options, what), what)
+        return _built(factory, args, options, what)
+    return check_size(call_factory(factory, args, options, what, "model.options"), what)
+
+
+def _built(factory, args: tuple, options: dict, what: str) -> nn.Module:
+    """A built-in model; its refusal of the data (a ValueError: ``leaf_cnn`` on flat features) is
+    one line naming ``model.name``."""
+    try:
+        return call_factory(factory, args, options, what, "model.options")
+    except ValueError as err:
+        raise ScenarioError(f"model.name: {err}") from None
+
+
+def check_size(module: nn.Module, what: str) -> nn.Module:
+    """``module`` when it has at most ``MAX_MODEL_PARAMETERS`` parameters, else ScenarioError."""
+    n = count_parameters(module)
+    if n > MAX_MODEL_PARAMETERS:
+        raise ScenarioError(f"model.name: {what} has {n:,} parameters for this data, more than "
+                            f"{MAX_MODEL_PARAMETERS:,} (MAX_MODEL_PARAMETERS)")
+    return module
 
 
 def count_parameters(model: nn.Module) -> int:

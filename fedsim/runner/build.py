@@ -45,7 +45,8 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
             **options) -> nn.Module`` or a module to copy); from ``fedsim.run(model=...)``.
         data: The user's data replacing ``sc.data`` (a :class:`~fedsim.data.FederatedData`, or what
             a dataset factory returns).
-        loss: ``loss(outputs, targets) -> scalar mean`` replacing cross-entropy.
+        loss: ``loss(outputs, targets) -> scalar mean`` replacing the scenario's ``loss.name``
+            (default: cross-entropy).
 
     An algorithm of the user's is registered by name (``fedsim.register_algorithm``) and named by
     ``sc.algorithm.name`` like fedsim's own.
@@ -53,6 +54,10 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
     check_device_available(sc.engine.device)
     device = resolve_device(sc.engine.device)
     dtype = torch.float64 if sc.engine.dtype == "float64" else torch.float32
+    if loss is None:  # loss.name (fedsim.registries.LOSSES); None: the engine's cross-entropy
+        from ..losses import scenario_loss
+
+        loss = scenario_loss(sc)
     work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
     # issue 27 item 3 (data helper): a model whose size follows from an unexpected input shape is named before training
     if work.module is not None:

@@ -8,7 +8,9 @@ updates share one evaluation (the same model). Columns: ``sim_time, round, test_
 train_loss`` (empty where the run has no such metric).
 
 Resume: the rows are a function of the closes and the models, so a resumed run keeps the rows
-before the close of the round its checkpoint follows and recomputes the rest (:meth:`resume`).
+before the close of the round its checkpoint follows and recomputes the rest (:meth:`EvalGrid.open`).
+The file is read back only when it is at most ``MAX_EVAL_BYTES`` and every whole row is one
+fedsim writes (:func:`eval_rows`); ``--resume`` checks that before it changes anything.
 """
 
 from __future__ import annotations
@@ -17,14 +19,61 @@ import math
 from pathlib import Path
 
 from ..errors import ScenarioError
-from ..limits import MAX_EVAL_ROWS
+from ..limits import MAX_EVAL_BYTES, MAX_EVAL_ROWS
 from ..records import RoundRecord
 from ..report.tables import TableWriter
-from .files import write_atomic
+from .files import FolderError, write_atomic
 
-__all__ = ["EvalGrid", "EVAL_COLUMNS"]
+__all__ = ["EvalGrid", "EVAL_COLUMNS", "eval_rows", "check_evals"]
 
 EVAL_COLUMNS = ["sim_time", "round", "test_loss", "test_acc", "train_loss"]
+
+
+def eval_rows(path: Path, where: str = "evals.csv"):
+    """``(sim_time, line)`` of every whole row of an ``evals.csv`` fedsim wrote (a last line without
+    its newline, cut by a kill, is left out), read line by line.
+
+    Raises :class:`~fedsim.runner.files.FolderError` (``where``: one line) for a file larger than
+    ``MAX_EVAL_BYTES``, a header other than :data:`EVAL_COLUMNS`, or a row that is not five cells:
+    a finite ``sim_time`` >= 0, an integer ``round`` >= -1, and empty or numeric metrics. A resumed
+    run checks this before it cuts anything back (:func:`check_evals`)."""
+    size = path.stat().st_size
+    if size > MAX_EVAL_BYTES:
+        raise FolderError(f"{where}: larger than {MAX_EVAL_BYTES:,} bytes (MAX_EVAL_BYTES); not an evals.csv fedsim wrote")
+    with open(path, "rb") as f:
+        if f.readline() != (",".join(EVAL_COLUMNS) + "\n").encode():
+            raise FolderError(f"{where}: its header is not {','.join(EVAL_COLUMNS)}")
+        for number, line in enumerate(f, start=2):
+            if not line.endswith(b"\n"):
+                return
+            t = _row_time(line)
+            if t is None:
+                raise FolderError(f"{where}: line {number} is not a row fedsim writes "
+                                  f"({line[:60].decode('ascii', 'replace').rstrip()!r})")
+            yield t, line
+
+
+def _row_time(line: bytes) -> float | None:
+    """The ``sim_time`` of a well-formed row, else None."""
+    cells = line[:-1].split(b",")
+    if len(cells) != len(EVAL_COLUMNS):
+        return None
+    try:
+        t = float(cells[0])
+        r = int(cells[1])
+        for cell in cells[2:]:
+            if cell:
+                float(cell)
+    except ValueError:
+        return None
+    return t if math.isfinite(t) and t >= 0 and r >= -1 else None
+
+
+def check_evals(path: Path, where: str) -> None:
+    """Read all of ``evals.csv`` (:func:`eval_rows`) without changing it: what ``--resume`` asks
+    before it cuts any table back, so a damaged file changes nothing (issue 28 item 9)."""
+    for _ in eval_rows(path, where):
+        pass
 
 
 class EvalGrid:
@@ -45,11 +94,10 @@ class EvalGrid:
             if self.path is not None:
                 self.path.unlink(missing_ok=True)
         elif self.path is not None:
-            kept = ",".join(EVAL_COLUMNS) + "\n"
+            kept = [(",".join(EVAL_COLUMNS) + "\n").encode()]
             if self.path.is_file() and self.path.stat().st_size:
-                lines = self.path.read_text().splitlines(keepends=True)[1:]
-                kept += "".join(ln for ln in lines if ln.endswith("\n") and float(ln.split(",", 1)[0]) < after)
-            write_atomic(self.path, kept.encode())
+                kept += [line for t, line in eval_rows(self.path) if t < after]
+            write_atomic(self.path, b"".join(kept))
         self.k = max(1, math.ceil(after / self.every))
         while self.k > 1 and (self.k - 1) * self.every >= after:
             self.k -= 1

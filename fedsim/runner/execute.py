@@ -79,6 +79,7 @@ def run(
             if feedback:
                 replay = observed_log(ck, start, out)
         sinks = []
+        bar = None
         if main:
             if engine.work.class_counts is not None:
                 write_partition(out / "partition.csv", engine.work.class_counts)
@@ -102,8 +103,8 @@ def run(
             grid = EvalGrid(sc.eval.every_seconds, out / "evals.csv" if main else None)
         last = run_rounds(
             engine, schedule, start=start, rounds=sc.rounds, eval_every=sc.eval.every,
-            sinks=sinks, checkpoint=checkpoint, hold=lambda: hold_cores(engine.work.x_train.device), grid=grid,
-            replay=replay,
+            sinks=sinks, checkpoint=checkpoint, grid=grid, replay=replay,
+            hold=lambda: hold_cores(engine.work.x_train.device, notice=bar.note if main and bar is not None else None),
         )
         if main:
             tables.close()

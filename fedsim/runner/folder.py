@@ -35,6 +35,7 @@ from ..report.parquet import (TMP_NAME, ParquetTableWriter, TableError, check_pa
                               part_columns, part_files, part_rows)
 from ..report.tables import TableWriter
 from ..scenario import Scenario, dump_scenario
+from .evals import check_evals
 from .files import FolderError, safe_component, write_atomic
 
 __all__ = [
@@ -216,10 +217,13 @@ def open_for_resume(
     round (Parquet: fewer parts than recorded, a gap in their numbers, other columns, or another
     row count of rounds in those parts); a checkpoint that is not a fedsim checkpoint
     (:func:`fedsim.runner.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
-    than ``params`` (the model's names).
+    than ``params`` (the model's names); an ``evals.csv`` the run would read back that is larger
+    than ``MAX_EVAL_BYTES`` or holds a row fedsim does not write (:func:`fedsim.runner.evals.check_evals`).
     """
     check_folder(sc, out, resume=True)
     ck = load_checkpoint(out)
+    if ck is not None and sc.eval.every_seconds is not None and (out / "evals.csv").is_file():
+        check_evals(out / "evals.csv", f"--resume {out}: evals.csv")  # its rows are read back after the cut
     fmt = stored_format(out, ck) or table_format or "csv"
     if table_format is not None and table_format != fmt:
         raise FolderError(f"--resume {out}: holds a run with {fmt} tables; --format {table_format} does not match")
@@ -372,8 +376,9 @@ def save_model(path: Path, params: dict, quadratic: bool) -> None:
 
 
 def info_text(sc: Scenario, engine, cost=None) -> str:
-    """``info.yaml``: what actually ran (dataset, e.g. ``cifar10-standin``; model size; device;
-    evaluation sample; ``step_flops``, ``model_bytes``, ``upload_bytes`` when there is a model)."""
+    """``info.yaml``: what actually ran (dataset, e.g. ``cifar10-standin``; model size; the loss's
+    name, ``from_python`` when given to ``fedsim.run``; device; evaluation sample; ``step_flops``,
+    ``model_bytes``, ``upload_bytes`` when there is a model)."""
     import yaml
 
     from ..devices.cost import cost_info
@@ -387,6 +392,7 @@ def info_text(sc: Scenario, engine, cost=None) -> str:
         "data": work.name,
         "standin": work.name.endswith("-standin"),
         "model": sc.model_name,
+        **({"loss": sc.loss.name} if work.module is not None else {}),  # a name, or from_python
         "parameters": int(sum(v.numel() for v in work.init_params.values())),
         "clients": work.num_clients,
         "test_samples": 0 if work.x_test is None else int(work.x_test.shape[0]),

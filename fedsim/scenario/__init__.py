@@ -14,6 +14,8 @@ One module per job (where a new key goes):
 - ``system.py``: ``system`` (speed, compute, network, slowdown, latency, availability models, trace).
 - ``round.py``: ``round`` (policy, window, deadline, work, sampling, async concurrency / buffer).
 - ``algorithm.py``: ``algorithm`` (preset name and overrides).
+- ``loss.py``: ``loss`` (the training loss by name).
+- ``model_options.py``: the built-in models' options (types, bounds), checked without torch.
 - ``settings.py``: ``eval``, ``engine``, ``checkpoint``.
 - ``schema.py``: :class:`Scenario` (sections put together; derived ``data_seed``, ``model_name``).
 - ``checks.py``: cross-field rules of a whole scenario.
@@ -28,6 +30,7 @@ from __future__ import annotations
 from ..errors import ScenarioError
 from .algorithm import AlgorithmConfig
 from .data import DataConfig, ModelConfig, PartitionConfig
+from .loss import LossConfig
 from .distributions import Constant, Dist, Exponential, IntDist, LogNormal, RandInt, Uniform, dist_bounds, dist_high, dist_low
 from .loading import apply_overrides, dump_scenario, load_scenario, parse_scenario, read_yaml, set_dotted
 from .round import RoundConfig

@@ -46,7 +46,14 @@ def _refuses_bool(value: Any, annotation: Any) -> bool:
 
 
 def _has_bool(value: Any) -> bool:
-    return isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(_has_bool(x) for x in value))
+    if isinstance(value, bool):
+        return True
+    if not isinstance(value, (list, tuple)):
+        return False
+    for x in value:  # a loop, not a call per entry: per-client lists hold up to a million numbers
+        if x is True or x is False or (type(x) in (list, tuple) and _has_bool(x)):
+            return True
+    return False
 
 
 def _admits_bool(annotation: Any) -> bool:

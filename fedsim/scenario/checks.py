@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 from .base import FieldError
+from .loss import DEFAULT_LOSS
+from .model_options import check_builtin_options, is_builtin
 
 __all__ = ["check_scenario", "algorithm_spec"]
 
@@ -75,6 +77,8 @@ def check_scenario(sc) -> None:
         raise FieldError("model.name", "quadratic data takes no model")
     if sc.data.name != "quadratic" and sc.model.name == "quadratic":
         raise FieldError("model.name", "quadratic model needs quadratic data")
+    if sc.data.name == "quadratic" and sc.loss.name != DEFAULT_LOSS:
+        raise FieldError("loss.name", "quadratic data has its own objective (1/2 ||x - e_i||^2); it takes no loss")
     if sc.system.trace is not None and av != "always":
         raise FieldError("system.availability", "give either a trace or availability, not both")
     if sc.system.server is not None and getattr(sc.system.server.aggregate, "flops", None) is not None \
@@ -85,7 +89,8 @@ def check_scenario(sc) -> None:
         raise FieldError("system.server", "FedScale's semantics decide a job's fate at its start: a server link "
                           "or aggregation time needs trace_semantics fedsim")
     if sc.system.trace_semantics == "fedscale" and r.policy == "async":
-        raise FieldError("system.trace_semantics", "fedscale applies to window, wait and deadline rounds, not async")
+        raise FieldError("system.trace_semantics", "fedscale applies to synchronous rounds (window, wait, deadline, "
+                          "overcommit), not async")
     _check_model_fits_data(sc.data.name, sc.model_name, sc.data.dim)
     _check_model_options(sc)
     from ..compression.none import check_with_payload
@@ -121,7 +126,9 @@ _DATA_SHAPES = {
     "digits": (1, 8, 8), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28),
     "cifar10": (3, 32, 32), "cifar100": (3, 32, 32), "tinyimagenet": (3, 64, 64),
 }
-_CONV_MIN_SIDE = {"cnn": 4, "vgg11": 32, "resnet18_gn": 8}
+_CONV_MIN_SIDE = {"cnn": 4, "vgg11": 32, "resnet18_gn": 8, "leaf_cnn": 4}
+#: Models of token sequences (int64 ids), not of features or images.
+_TOKEN_MODELS = frozenset({"char_lstm"})
 
 
 def _check_clients(section, m: int) -> None:
@@ -135,6 +142,9 @@ def _check_clients(section, m: int) -> None:
 
 
 def _check_model_fits_data(data: str, model: str, dim: int) -> None:
+    if model in _TOKEN_MODELS and (data in _DATA_SHAPES or data == "synthetic"):
+        kind = "flat features" if data == "synthetic" else "images"
+        raise FieldError("model.name", f"{model} needs token sequences (e.g. shakespeare); {data} has {kind}")
     if model not in _CONV_MIN_SIDE:
         return
     shape = _DATA_SHAPES.get(data)
@@ -148,13 +158,19 @@ def _check_model_fits_data(data: str, model: str, dim: int) -> None:
 
 
 def _check_model_options(sc) -> None:
-    """``model.options`` against the factory's signature when the factory is already imported (a
-    model registered from Python or a plug-in; a lazy built-in is checked when the run builds it)."""
+    """``model.options``: a built-in model's against its rules (:mod:`.model_options`: types and
+    bounds), another's against the factory's signature when the factory is already imported (a
+    model registered from Python or a plug-in)."""
     from .. import registries
     from ..errors import ScenarioError
     from ..factory_options import check_options
 
     name = sc.model.name
+    if name not in (None, "quadratic") and is_builtin(name):  # fedsim's own: types and bounds, no torch
+        problem = check_builtin_options(name, sc.model.options)
+        if problem:
+            raise FieldError(*problem)
+        return
     factory = registries.MODELS.loaded(name) if name not in (None, "quadratic") else None
     if factory is not None and sc.model.options:
         try:

@@ -7,7 +7,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from .. import registries
+from ..limits import MAX_MODEL_WIDTH
 from .base import FieldError, Section, registered
+from .model_options import RESERVED
 
 class PartitionConfig(Section):
     """How training samples are split across clients (ignored for quadratic and synthetic)."""
@@ -98,10 +100,11 @@ class ModelConfig(Section):
     """The model: a name in :data:`fedsim.registries.MODELS` (``quadratic``: the quadratic problem's
     point, no model) and the factory's own ``options`` (``factory(input_shape, num_classes,
     **options)``; an option its signature does not take is refused when the model is built).
-    ``hidden`` is the ``mlp``'s width (passed to factories that take ``hidden``)."""
+    ``hidden`` is the ``mlp``'s width (passed to factories that take ``hidden``). A built-in model's
+    options are checked here (:mod:`.model_options`)."""
 
     name: str | None = None
-    hidden: int = Field(200, ge=1)
+    hidden: int = Field(200, ge=1, le=MAX_MODEL_WIDTH)
     options: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("name")
@@ -115,5 +118,7 @@ class ModelConfig(Section):
         for key in v:
             if not (isinstance(key, str) and key.isidentifier()):
                 raise ValueError(f"option {key!r} is not a Python identifier")
+            if key in RESERVED:  # fedsim passes these itself: factory(input_shape, num_classes, **options)
+                raise ValueError(f"{key!r} is not an option: fedsim gives every model factory the data's {key}")
         return v
 

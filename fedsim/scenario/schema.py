@@ -11,6 +11,7 @@ from .algorithm import AlgorithmConfig
 from .base import Section
 from .checks import algorithm_spec, check_scenario
 from .data import DataConfig, ModelConfig
+from .loss import LossConfig
 from .round import RoundConfig
 from .settings import CheckpointConfig, EngineConfig, EvalConfig
 from .system import SystemConfig
@@ -26,6 +27,7 @@ class Scenario(Section):
     rounds: int = Field(10, ge=1)
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
+    loss: LossConfig = LossConfig()
     system: SystemConfig = SystemConfig()
     round: RoundConfig = RoundConfig()
     algorithm: AlgorithmConfig = AlgorithmConfig()
