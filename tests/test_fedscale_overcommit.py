@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fedsim.clock.model import overcommit_size
+from fedsim.clock.policy import overcommit_size
 from fedsim.devices.overcommit import fedscale_overcommit_size
 
 
@@ -46,4 +46,4 @@ def test_devices_doc_states_the_fedscale_policies_and_counts(tmp_path):
     plan = fedsim.schedule({"data": {"name": "quadratic", "clients": 3, "dim": 1}, "rounds": 2,
                             "round": {"policy": "overcommit", "local_steps": 2, "clients_per_round": 2},
                             "system": {"trace": str(tmp_path / "t.csv"), "trace_semantics": "fedscale"}})
-    assert plan.clients.groupby("round").size().tolist() == [overcommit_size(1.3, 2)] * 2  # ceil(2.6) = 3 today
+    assert plan.clients.groupby("round").size().tolist() == [fedscale_overcommit_size(1.3, 2)] * 2  # int(2.6) = 2

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .general import general_tables
+from ..devices.overcommit import fedscale_overcommit_size
 from .heap import async_tables
 from .vectorised import window_tables
 from .vectorised_wait import prescribed_tables
@@ -125,7 +126,7 @@ def overcommit_size(factor: float, k: int, *, fedscale: bool = False) -> int:
     from fractions import Fraction
 
     if fedscale:
-        return int(float(k) * float(factor))
+        return fedscale_overcommit_size(factor, k)
     return int(math.ceil(Fraction(repr(float(factor))) * int(k)))
 
 

@@ -4,7 +4,7 @@ Pure functions of the factor F (``round.overcommit``) and K (``round.clients_per
 imports, so the clock may use them (it never imports torch or pydantic).
 
 - fedsim (``trace_semantics: fedsim``): ceil(F K) with F read as the decimal it was written as,
-  so 1.3 x 10 selects 13 (:func:`fedsim.clock.model.overcommit_size`).
+  so 1.3 x 10 selects 13 (:func:`fedsim.clock.policy.overcommit_size`).
 - FedScale (``trace_semantics: fedscale``): ``int(select_num_participants * overcommitment)``
   in its aggregator's ``select_participants`` (fedscale/cloud/aggregation/aggregator.py): the
   float product truncated, so K = 7, F = 1.3 selects int(9.1) = 9 where ceil gives 10, and K = 10
