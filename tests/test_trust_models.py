@@ -138,3 +138,15 @@ def test_a_user_mlp_registered_again_is_not_held_to_the_builtin_rules():
         assert sc.model.options == {"depth": 2, "hidden": 50_000}
     finally:
         MODELS.register("mlp", "fedsim.models:mlp", replace=True)
+
+
+def test_a_python_model_factory_is_capped_too(tmp_path, monkeypatch):
+    """fedsim.run(model=factory): the factory's module is counted against the same cap (lowered
+    here to 20 so a Linear(60 -> 10) on the synthetic default, 610 parameters by hand, exceeds it); nothing is written."""
+    import fedsim.models as models
+
+    monkeypatch.setattr(models, "MAX_MODEL_PARAMETERS", 20)
+    with pytest.raises(fedsim.ScenarioError, match=r"^model: the model factory has 610 parameters for this data, "
+                                                   r"more than 20 \(MAX_MODEL_PARAMETERS\)$"):
+        fedsim.run(SYN, model=lambda shape, k: torch.nn.Linear(shape[0], k), out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -171,13 +171,14 @@ def make_model(sc, input_shape: tuple[int, ...], num_classes: int | None, model=
     """The run's freshly initialized model: ``model`` (a factory ``(input_shape, num_classes,
     **options)``, or a module, deep-copied) when given from Python, else the factory registered as
     ``model.name``; either gets ``model.options`` (an option the factory does not take: one line).
-    A factory that returns anything but an ``nn.Module``, or one fedsim did not register that
-    raises, is one line naming it (exit 2)."""
+    A factory that returns anything but an ``nn.Module``, one with more than
+    ``MAX_MODEL_PARAMETERS`` parameters, or one fedsim did not register that raises, is one line
+    naming it (exit 2)."""
     import copy
 
     from ..errors import ScenarioError
     from ..factory_options import failure
-    from ..models import build_model, call_factory
+    from ..models import build_model, call_factory, check_size
     from ..named_pieces import BUILTIN
     from ..registries import MODELS
 
@@ -196,8 +197,8 @@ def make_model(sc, input_shape: tuple[int, ...], num_classes: int | None, model=
         what, path, who = "the model factory", "model", None
 
         def build():
-            return call_factory(model, (tuple(input_shape), num_classes), dict(sc.model.options), "the model factory",
-                                "model.options")
+            return check_size(call_factory(model, (tuple(input_shape), num_classes), dict(sc.model.options),
+                                           "the model factory", "model.options"), "the model factory", "model")
     try:
         module = build()
     except ScenarioError:

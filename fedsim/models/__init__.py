@@ -130,11 +130,14 @@ def _built(factory, args: tuple, options: dict, what: str) -> nn.Module:
         raise ScenarioError(f"model.name: {err}") from None
 
 
-def check_size(module: nn.Module, what: str) -> nn.Module:
-    """``module`` when it has at most ``MAX_MODEL_PARAMETERS`` parameters, else ScenarioError."""
+def check_size(module: nn.Module, what: str, path: str = "model.name") -> nn.Module:
+    """``module`` when it has at most ``MAX_MODEL_PARAMETERS`` parameters, else ScenarioError
+    naming ``path``; anything but an ``nn.Module`` passes through for its caller to name."""
+    if not isinstance(module, nn.Module):
+        return module
     n = count_parameters(module)
     if n > MAX_MODEL_PARAMETERS:
-        raise ScenarioError(f"model.name: {what} has {n:,} parameters for this data, more than "
+        raise ScenarioError(f"{path}: {what} has {n:,} parameters for this data, more than "
                             f"{MAX_MODEL_PARAMETERS:,} (MAX_MODEL_PARAMETERS)")
     return module
 
