@@ -163,13 +163,13 @@ class ToggleArrays:
         """Apply every toggle at or before ``t``; returns them, one ``(times, came_online)`` pair
         of arrays per sweep (a client toggling twice appears in two sweeps)."""
         applied = []
-        while True:
-            idx = np.flatnonzero(self.next <= t)
-            if not len(idx):
-                return applied
+        idx = np.flatnonzero(self.next <= t)
+        while len(idx):
             applied.append((self.next[idx].copy(), ~self.online[idx]))
             self.online[idx] = ~self.online[idx]
             self.toggled(idx)
+            idx = idx[self.next[idx] <= t]  # only a client that just toggled can be due again
+        return applied
 
     def toggled(self, idx: np.ndarray) -> None:
         """Set ``next`` of clients ``idx``, which just toggled (``online`` already flipped)."""
