@@ -174,3 +174,47 @@ def test_empty_cohort():
     part = build_workload(_sc(eval_clients=3), torch.device("cpu"), torch.float32)
     empty = part.for_clients([])
     assert empty.x_train.shape == (0, 60) and empty.client_indices == {} and empty.num_clients == 10
+
+
+def test_a_federated_data_run_without_the_training_loss_reads_only_the_samples_test_parts(tmp_path):
+    """FederatedData of 12 clients (client_test per client), eval.clients 4: with train_loss on
+    the start reads the sample's training data (4 clients); with it off one client's (for the
+    shape) and the sample's 4 test parts, the rest when picked; the trained model, clients.csv and
+    the test accuracy are the same bit for bit, and partition.csv is written only when the
+    sample's class counts are known."""
+    import fedsim
+
+    m, rng = 12, np.random.default_rng(0)
+    xs = [rng.normal(size=(6 + k, 5)).astype(np.float32) for k in range(m)]
+    ys = [rng.integers(0, 3, len(x)) for x in xs]
+    tests = [(rng.normal(size=(3, 5)).astype(np.float32), rng.integers(0, 3, 3)) for _ in range(m)]
+    sc = {"seed": 1, "rounds": 3, "system": {"speed": {"dist": "uniform", "low": 1, "high": 4}},
+          "round": {"policy": "window", "window": 3.0, "clients_per_round": 3}, "model": {"name": "logreg"},
+          "algorithm": {"name": "fedavg", "lr": 0.1, "batch_size": 4}, "engine": {"threads": 1}}
+    outs, reads = {}, {}
+    for train_loss in (True, False):
+        log = reads[train_loss] = []
+
+        def train(k, log=log):
+            log.append(("train", k))
+            return xs[k], ys[k]
+
+        def test(k, log=log):
+            log.append(("test", k))
+            return tests[k]
+
+        data = fedsim.FederatedData(sizes=np.array([len(x) for x in xs]), client_data=train, client_test=test,
+                                    num_classes=3)
+        out = outs[train_loss] = tmp_path / str(train_loss)
+        fedsim.run({**sc, "eval": {"clients": 4, "train_loss": train_loss}}, data=data, out=out)
+    sample = eval_sample(m, 4, 1).tolist()
+    start_on = [c for kind, c in reads[True] if kind == "train"][:4]
+    assert start_on == sample
+    start_off = reads[False][:1 + 4]
+    assert start_off == [("train", sample[0])] + [("test", c) for c in sample]
+    a, b = (torch.load(outs[t] / "model.pt") for t in (True, False))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert (outs[True] / "clients.csv").read_text() == (outs[False] / "clients.csv").read_text()
+    acc = [np.genfromtxt(outs[t] / "rounds.csv", delimiter=",", names=True)["test_acc"] for t in (True, False)]
+    assert np.array_equal(acc[0], acc[1], equal_nan=True)
+    assert (outs[True] / "partition.csv").exists() and not (outs[False] / "partition.csv").exists()

@@ -3,7 +3,10 @@
 Only the clients a run needs are ever built: at the start the evaluation sample (``eval.clients``;
 every client when the population is at most that large), then each round's cohort through
 ``Workload.for_clients`` (``fetch``). A population of 10^5 clients therefore costs the evaluation
-sample plus the participants, never the whole population. Sizes n_i and weights p_i = n_i / n
+sample plus the participants, never the whole population. With ``eval.train_loss: false`` and a
+sample smaller than the population only the sample's test parts are read at the start (and one
+client's training data, for the examples' shape); its class counts (partition.csv) are then not
+known and not written. Sizes n_i and weights p_i = n_i / n
 come from ``FederatedData.sizes`` without building any client.
 
 With ``FederatedData.check_clients == "all"`` every client is fetched and checked once more while
@@ -132,7 +135,10 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
     sizes = np.asarray(data.sizes, dtype=np.int64)
     m = len(sizes)
     sample = eval_sample(m, sc.eval.clients, sc.data_seed)
-    held_ids = list(range(m)) if sample is None else sample.tolist()
+    sample_ids = list(range(m)) if sample is None else sample.tolist()
+    # the sample's training data serve the training loss; without it only one client is held (for
+    # the examples' shape), the others fetched when picked, like every client outside the sample
+    held_ids = sample_ids if sample is None or sc.eval.train_loss else sample_ids[:1]
     fetch = fetcher(data, device, dtype)
     x_train, y_train = fetch(held_ids)
     ends = np.cumsum(sizes[held_ids])
@@ -156,7 +162,7 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
             x_test = (x_test - mean) / std
         _check_test_set(data, x_train, y_train, x_test, y_test)
     else:
-        x_test, y_test = fetcher(data, device, dtype, test=True)(held_ids)
+        x_test, y_test = fetcher(data, device, dtype, test=True)(sample_ids)
     augment = data.augment if sc.data.augment is None else sc.data.augment
     if augment and x_train.dim() != 4:
         raise ScenarioError(f"data.augment: random crop and flip need images; {data.name} has inputs of shape "
@@ -174,7 +180,7 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
     predict, objective = model_functions(module, loss)
 
     counts = None
-    if num_classes and y_train.dim() == 1:
+    if num_classes and y_train.dim() == 1 and held_ids == sample_ids:
         counts = np.zeros((m, num_classes), dtype=np.int64)
         ycpu = y_train.cpu().numpy()
         for c, ix in zip(held_ids, held):
