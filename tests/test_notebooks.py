@@ -10,7 +10,8 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
-NOTEBOOKS = ["objective_inconsistency.ipynb", "wallclock_fednova_vs_waiting.ipynb", "bring_your_own.ipynb"]
+NOTEBOOKS = ["objective_inconsistency.ipynb", "wallclock_fednova_vs_waiting.ipynb", "bring_your_own.ipynb",
+             "wire_and_server.ipynb"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
