@@ -94,6 +94,7 @@ class MarkovStates(ToggleArrays):
         self.next = keyed_exponential(self.means[self.online.astype(np.int64)], seed, "availability", self.clients, 1)
 
     def toggled(self, idx: np.ndarray) -> None:
-        self.k[idx] += 1
-        mean = self.means[self.online[idx].astype(np.int64)]
-        self.next[idx] = self.next[idx] + keyed_exponential(mean, self.seed, "availability", self.clients[idx], self.k[idx])
+        k = self.k[idx] + 1
+        self.k[idx] = k
+        mean = self.means[self.online[idx].view(np.uint8)]
+        self.next[idx] += keyed_exponential(mean, self.seed, "availability", self.clients[idx], k)

@@ -159,14 +159,17 @@ class ToggleArrays:
     next: np.ndarray
     PER_CLIENT: tuple[str, ...] = ("online", "next")
 
-    def advance(self, t: float) -> list[tuple[np.ndarray, np.ndarray]]:
+    def advance(self, t: float, record: bool = True) -> list[tuple[np.ndarray, np.ndarray]]:
         """Apply every toggle at or before ``t``; returns them, one ``(times, came_online)`` pair
-        of arrays per sweep (a client toggling twice appears in two sweeps)."""
+        of arrays per sweep (a client toggling twice appears in two sweeps), or nothing when not
+        ``record``."""
         applied = []
         idx = np.flatnonzero(self.next <= t)
         while len(idx):
-            applied.append((self.next[idx].copy(), ~self.online[idx]))
-            self.online[idx] = ~self.online[idx]
+            flipped = ~self.online[idx]
+            if record:
+                applied.append((self.next[idx], flipped))  # a copy: fancy indexing
+            self.online[idx] = flipped
             self.toggled(idx)
             idx = idx[self.next[idx] <= t]  # only a client that just toggled can be due again
         return applied
@@ -182,7 +185,7 @@ class ToggleArrays:
         sub.__dict__.update(self.__dict__)
         for name in self.PER_CLIENT:
             setattr(sub, name, getattr(self, name)[idx].copy())
-        sub.advance(t)
+        sub.advance(t, record=False)
         return sub.online, sub.next
 
 

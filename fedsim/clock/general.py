@@ -59,7 +59,7 @@ def general_tables(clock, selector) -> Iterator[RoundTable]:
         give_up = policy.give_up(t_open, fixed)
         online = everyone
         if states is not None:
-            states.advance(t_open)
+            states.advance(t_open, record=False)
             online = np.flatnonzero(states.online)
         picked = selector.pick(r, t_open, q, lambda: online, None if states is None else (lambda cs: states.online[cs]))
         machine = Machine(clock, peek, resume=resume)

@@ -42,7 +42,7 @@ def window_tables(clock, selector) -> Iterator[RoundTable]:
         t_open, close = r * W, (r + 1) * W
         online = everyone
         if states is not None:
-            states.advance(t_open)
+            states.advance(t_open, record=False)
             online = np.flatnonzero(states.online)
         picked = selector.pick(r, t_open, rule.clients_per_round, lambda: online,
                                None if states is None else (lambda cs: states.online[cs]))

@@ -48,7 +48,7 @@ def prescribed_tables(clock, selector) -> Iterator[RoundTable]:
         give_up = policy.give_up(t_open, None)
         online = everyone
         if states is not None:
-            states.advance(t_open)
+            states.advance(t_open, record=False)
             online = np.flatnonzero(states.online)
         picked = selector.pick(r, t_open, q, lambda: online, None if states is None else (lambda cs: states.online[cs]))
         chosen, counts, weights = picked.clients, picked.counts, picked.weights
