@@ -22,15 +22,8 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _MASK = 0xFFFFFFFFFFFFFFFF
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
-    z = z + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
-
-
-def _mix_into(z: np.ndarray, t: np.ndarray) -> None:
-    """:func:`_mix` of ``z`` in place (``t``: scratch of z's shape): the same values, no temporaries."""
+def _mix(z: np.ndarray, t: np.ndarray) -> None:
+    """SplitMix64's finalizer applied to ``z`` in place (``t``: scratch of z's shape)."""
     z += _GOLDEN
     np.right_shift(z, np.uint64(30), out=t)
     z ^= t
@@ -42,20 +35,28 @@ def _mix_into(z: np.ndarray, t: np.ndarray) -> None:
     z ^= t
 
 
+def _word(seed: int, purpose: str) -> np.ndarray:
+    """The key's head word: mix(mix(seed) ^ crc32(purpose)), as a 1-element uint64 array."""
+    head, t = np.array([int(seed) & _MASK], dtype=np.uint64), np.empty(1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        _mix(head, t)
+        head ^= np.uint64(zlib.crc32(purpose.encode("utf-8")))
+        _mix(head, t)
+    return head
+
+
 def keyed_uniform(seed: int, purpose: str, client, k) -> np.ndarray:
-    """Uniforms in (0, 1), one per element of the broadcast of ``client`` and ``k`` (integers)."""
-    head = np.array([int(seed) & _MASK], dtype=np.uint64)
-    head = _mix(_mix(head) ^ np.uint64(zlib.crc32(purpose.encode("utf-8"))))
-    c = np.asarray(client, dtype=np.int64)
-    j = np.asarray(k, dtype=np.int64)
-    h = np.bitwise_xor(head, c.astype(np.uint64), dtype=np.uint64)
-    if h.shape != np.broadcast_shapes(h.shape, j.shape):
-        h = np.broadcast_to(h, np.broadcast_shapes(h.shape, j.shape)).copy()
+    """Uniforms in (0, 1), one per element of the broadcast of ``client`` and ``k`` (integers):
+    ``(mix(mix(head ^ client) ^ k) >> 11 + 0.5) / 2**53``, computed in place."""
+    head = _word(seed, purpose)
+    c = np.asarray(client, dtype=np.int64).astype(np.uint64)
+    j = np.asarray(k, dtype=np.int64).astype(np.uint64)
+    h = np.bitwise_xor(head, c, out=np.empty(np.broadcast_shapes(head.shape, c.shape, j.shape), dtype=np.uint64))
     t = np.empty_like(h)
     with np.errstate(over="ignore"):
-        _mix_into(h, t)
-        h ^= j.astype(np.uint64)
-        _mix_into(h, t)
+        _mix(h, t)
+        h ^= j
+        _mix(h, t)
     h >>= np.uint64(11)
     u = h.astype(np.float64)
     u += 0.5
@@ -66,9 +67,9 @@ def keyed_uniform(seed: int, purpose: str, client, k) -> np.ndarray:
 def keyed_exponential(mean, seed: int, purpose: str, client, k) -> np.ndarray:
     """``-mean * log(u)`` with u = :func:`keyed_uniform`: exponential draws, always > 0."""
     u = keyed_uniform(seed, purpose, client, k)
-    neg = -np.asarray(mean, dtype=np.float64)
-    if u.shape != np.broadcast_shapes(u.shape, neg.shape):
-        return neg * np.log(u)
     np.log(u, out=u)
-    u *= neg
+    neg = -np.asarray(mean, dtype=np.float64)
+    if np.broadcast_shapes(u.shape, neg.shape) != u.shape:  # a mean of more dimensions than the keys
+        return neg * u
+    u *= neg  # x * y == y * x exactly
     return u

@@ -138,7 +138,8 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
     sample_ids = list(range(m)) if sample is None else sample.tolist()
     # the sample's training data serve the training loss; without it only one client is held (for
     # the examples' shape), the others fetched when picked, like every client outside the sample
-    held_ids = sample_ids if sample is None or sc.eval.train_loss else sample_ids[:1]
+    holds_sample = sample is None or sc.eval.train_loss
+    held_ids = sample_ids if holds_sample else sample_ids[:1]
     fetch = fetcher(data, device, dtype)
     x_train, y_train = fetch(held_ids)
     ends = np.cumsum(sizes[held_ids])
@@ -180,7 +181,7 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
     predict, objective = model_functions(module, loss)
 
     counts = None
-    if num_classes and y_train.dim() == 1 and held_ids == sample_ids:
+    if num_classes and y_train.dim() == 1 and holds_sample:
         counts = np.zeros((m, num_classes), dtype=np.int64)
         ycpu = y_train.cpu().numpy()
         for c, ix in zip(held_ids, held):
