@@ -171,7 +171,8 @@ def generate(out: Path, scale: float, images: int) -> None:
 
 
 # ---------------------------------------------------------------- scenarios
-def scenario(dataset: str, root: Path, rounds: int, eval_clients: int | None, eval_every: int) -> dict:
+def scenario(dataset: str, root: Path, rounds: int, eval_clients: int | None, eval_every: int,
+             train_loss: bool = False) -> dict:
     """The baseline: LEAF's FEMNIST/Shakespeare settings (10 clients a round, 1 epoch, batch 10),
     or FedScale's FEMNIST (10 clients, 5 local steps, batch 20)."""
     data = {"femnist": "femnist", "shakespeare": "shakespeare", "fedscale": "femnist_fedscale"}[dataset]
@@ -182,7 +183,7 @@ def scenario(dataset: str, root: Path, rounds: int, eval_clients: int | None, ev
           "system": {"speed": 5.0, "latency": 0.5},
           "round": {"policy": "wait", "clients_per_round": 10},
           "algorithm": {"name": "fedavg", "lr": 0.8 if dataset == "shakespeare" else 0.004, "batch_size": 10},
-          "eval": {"every": eval_every, "train_loss": False}}
+          "eval": {"every": eval_every, "train_loss": train_loss}}
     if dataset == "fedscale":
         sc["round"]["local_steps"] = 5
         sc["algorithm"].update(lr=0.05, batch_size=20)
@@ -265,13 +266,15 @@ def _child(what: str, sc: dict, root: Path, start_only: bool = False) -> dict:
         return res
 
 
-def first_round(root: Path, dataset: str, eval_clients: int | None, save: bool, start_only: bool = False) -> dict:
-    sc = scenario(dataset, root, 1, eval_clients, 1000)
+def first_round(root: Path, dataset: str, eval_clients: int | None, save: bool, start_only: bool = False,
+                train_loss: bool = False) -> dict:
+    sc = scenario(dataset, root, 1, eval_clients, 1000, train_loss)
     v = _child("validate", sc, root)
     r = _child("run", sc, root, start_only)
     first = r["marks"][0] if r["marks"] else (None, None, None)
     start = r["started"][0] if r["started"] else (None, None)
     row = dict(what="first_round", dataset=dataset, eval_clients=eval_clients if eval_clients is not None else "default",
+               train_loss=train_loss,
                round1_starts_s=round(start[0], 1) if start[0] else "", peak_mib_at_start=round(start[1]) if start[1] else "",
                round1_done_s=round(first[1], 1) if first[1] else "", peak_mib_round1=round(first[2]) if first[2] else "",
                round1_client_steps=r.get("steps", {}).get("0", ""),
@@ -352,13 +355,16 @@ def main(argv=None) -> int:
     ap.add_argument("--start-only", action="store_true",
                     help="first-round: stop when round 1 starts (its training is not timed: Shakespeare's "
                          "char_lstm epoch over a role takes minutes on a CPU)")
+    ap.add_argument("--train-loss", action="store_true",
+                    help="first-round: eval.train_loss true (fedsim's default): the training objective over the "
+                         "evaluation sample's training data at every evaluation, round 0's included")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args(argv)
     if a.what == "generate":
         generate(a.dir, a.scale, a.images)
     elif a.what == "first-round":
-        first_round(a.dir.resolve(), a.dataset, a.eval_clients, not a.no_save, a.start_only)
+        first_round(a.dir.resolve(), a.dataset, a.eval_clients, not a.no_save, a.start_only, a.train_loss)
     else:
         speed(a.dir.resolve(), a.rounds, not a.no_save)
     return 0

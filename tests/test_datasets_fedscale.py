@@ -51,7 +51,7 @@ def test_fedscale_mapping_clients_images_and_shared_test_set(tmp_path):
     assert x.shape == (3, 1, 28, 28) and y.tolist() == [3, 0, 3]
     np.testing.assert_allclose(x[1, 0] * 255, px["train/img2.png"], atol=1e-4)
     assert fd.client_test is None  # test.csv is FedScale's one shared test set, in its row order
-    xt, yt = fd.test
+    xt, yt = fd.test()  # decoded when a run needs it, not when the folder is opened
     np.testing.assert_allclose(xt[0, 0] * 255, px["test/t0.png"], atol=1e-4)
     assert yt.tolist() == [1, 3]
     assert load_fedscale(tmp_path).num_classes == 4  # default: largest label_id + 1
@@ -61,7 +61,7 @@ def test_fedscale_rgb_and_pooled_test(tmp_path):
     rgb = np.random.default_rng(1).integers(0, 256, (4, 5, 3))
     _fedscale(tmp_path, [("a", "x.png", "n", 1)], [("z", "x.png", "n", 0)], {"x.png": _png(rgb, "RGB")})
     fd = load_fedscale(tmp_path)
-    assert fd.client_data(0)[0].shape == (1, 3, 4, 5) and fd.test[1].tolist() == [0]
+    assert fd.client_data(0)[0].shape == (1, 3, 4, 5) and fd.test()[1].tolist() == [0]
 
 
 def test_fedscale_bad_input(tmp_path):
@@ -95,6 +95,20 @@ def test_fedscale_bad_input(tmp_path):
     with pytest.raises(DataFormatError) as err:
         fd.client_data(1)
     assert "client 'b': sample_path 'link.png' leads outside" in _one_line(err, csv)
+
+
+def test_fedscale_test_set_decoded_when_a_run_needs_it(tmp_path):
+    """Opening reads the CSVs only: a test image that does not decode is found when the test set is
+    built (``fd.test()``, at the run's start), and images of two sizes in one client are refused."""
+    img = {"i.png": _png(np.zeros((2, 2))), "j.png": _png(np.zeros((3, 2))), "bad.png": b"\x89PNG not really"}
+    _fedscale(tmp_path, [("a", "i.png", "n", 0), ("a", "j.png", "n", 1)], [("a", "i.png", "n", 0), ("b", "bad.png", "n", 0)], img)
+    fd = load_fedscale(tmp_path, num_classes=5)
+    with pytest.raises(DataFormatError) as err:
+        fd.test()
+    assert "test set: image does not decode" in _one_line(err, tmp_path / "bad.png")
+    with pytest.raises(DataFormatError) as err:
+        fd.client_data(0)
+    assert "client 'a': images differ in shape ((1, 2, 2) and (1, 3, 2))" in _one_line(err, tmp_path / "client_data_mapping" / "train.csv")
 
 
 def test_fedscale_missing(tmp_path):

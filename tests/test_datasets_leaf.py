@@ -229,3 +229,36 @@ def test_long_numeric_stretches_are_matched_in_blocks(tmp_path, monkeypatch, blo
     at = text.index("[[") + 29  # the file, user_data and the user are 3 levels; x's 30th bracket is the 33rd
     with pytest.raises(DataFormatError, match=rf"a\.json: JSON nested deeper than 32 levels at byte {at}$"):
         scan_leaf_file(path)
+
+
+def _outcome(f, text):
+    try:
+        v = f(text)
+    except Exception as err:  # noqa: BLE001 -- the error is the outcome compared
+        return ("error", type(err).__name__)
+    return ("value", json.dumps(v), repr(v))  # repr: 17 digits, so float bits are compared exactly
+
+
+def test_leaf_decoding_gives_json_loads_value_or_error():
+    """LEAF's reader is ``json.load``; fedsim decodes with msgspec where it can and with json.loads
+    where msgspec refuses: every document below gives json.loads's value (floats bit for bit,
+    -0.0, subnormals, huge integers, the last of duplicate keys) or json.loads's error."""
+    import random
+    import struct
+
+    from fedsim.data.formats.leaf import _loads
+
+    docs = ["[1e400, -1e400]", "[NaN]", "[Infinity, -Infinity]", '["\\ud800"]', "[" + "9" * 5000 + "]",
+            "[123456789012345678901234567890]", "[9007199254740993]", "[-0.0, 0.0, -0]", "[1E5, 1e-400, 5e-324]",
+            "[2.4703282292062327e-324, 2.4703282292062328e-324, 1.7976931348623157e308, 1.7976931348623159e308]",
+            "[1.00000000000000011102230246251565404236316680908203125, 0.1e1, 1e0, 1E+2, 1e-2]",
+            '{"a": 1, "a": 2}', '{"x": [[1.0, 0.5019607843137255]], "y": [3]}', '"\\u00e9\\n"', "[01]", "[1.]",
+            "[.5]", "[1,]", "[+1]", "[1 2]", "", "[", "tru", "[1e]", '{"a" 1}', "[\"a\x00\"]", "[0x10]"]
+    rng = random.Random(0)
+    for _ in range(2000):
+        x = struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]
+        if x == x and abs(x) != float("inf"):
+            docs.append(f"[{x!r}, {x:.17e}, {x:.25g}, {x:.9g}, {rng.getrandbits(70)}]")
+    for doc in docs:
+        for text in (doc, doc.encode("utf-8", "surrogatepass")):
+            assert _outcome(_loads, text) == _outcome(json.loads, text), doc[:80]

@@ -144,8 +144,9 @@ def test_fedscale_femnist_clients_in_fedscales_order_with_fedscales_transform(pu
         np.testing.assert_array_equal(y, yr)
     _, test_parts = _fedscale_reference(root, "test.csv")  # one shared test set (FedScale's executors)
     assert fd.client_test is None
-    np.testing.assert_array_equal(_normalized(fd.test[0], fd), np.concatenate([x for x, _ in test_parts]))
-    np.testing.assert_array_equal(fd.test[1], np.concatenate([y for _, y in test_parts]))
+    xt, yt = fd.test()
+    np.testing.assert_array_equal(_normalized(xt, fd), np.concatenate([x for x, _ in test_parts]))
+    np.testing.assert_array_equal(yt, np.concatenate([y for _, y in test_parts]))
 
 
 def test_fedscale_transform_none_keeps_the_stored_images(published):

@@ -218,3 +218,39 @@ def test_a_federated_data_run_without_the_training_loss_reads_only_the_samples_t
     acc = [np.genfromtxt(outs[t] / "rounds.csv", delimiter=",", names=True)["test_acc"] for t in (True, False)]
     assert np.array_equal(acc[0], acc[1], equal_nan=True)
     assert (outs[True] / "partition.csv").exists() and not (outs[False] / "partition.csv").exists()
+
+
+def test_fetched_images_are_the_clients_rows_normalized_and_the_callers_arrays_untouched():
+    """``fetcher`` copies each client's rows into one tensor as they come and normalizes it in
+    place; a test set given as a callable is built once and normalized in place too. Both equal
+    numpy's float32 ``(x - mean) / std`` of the concatenated rows exactly, and neither the client
+    arrays nor a test set given as arrays is changed."""
+    import fedsim
+    from fedsim.engine.from_data import federated_workload, fetcher
+
+    rng = np.random.default_rng(5)
+    xs = [rng.random((n, 3, 4, 4)).astype(np.float32) for n in (3, 1, 5)]
+    ys = [rng.integers(0, 4, len(x)) for x in xs]
+    kept = [x.copy() for x in xs]
+    xt, yt = rng.random((6, 3, 4, 4)).astype(np.float32), rng.integers(0, 4, 6)
+    xt_kept = xt.copy()
+    mean, std = (0.25, 0.5, 0.75), (0.5, 0.25, 2.0)
+    m, s = np.float32(mean).reshape(1, 3, 1, 1), np.float32(std).reshape(1, 3, 1, 1)
+    calls = []
+
+    def test_set():
+        calls.append(1)
+        return xt.copy(), yt
+    sc = parse_scenario({"seed": 0, "rounds": 1, "data": {"name": "synthetic"}, "model": {"name": "logreg"},
+                         "round": {"policy": "wait", "clients_per_round": 2, "local_steps": 1},
+                         "algorithm": {"name": "fedavg", "lr": 0.1, "batch_size": 2}})
+    for test in ((xt, yt), test_set):
+        data = fedsim.FederatedData(sizes=np.array([3, 1, 5]), client_data=lambda k: (xs[k], ys[k]), test=test,
+                                    num_classes=4, mean=mean, std=std)
+        x, y = fetcher(data, torch.device("cpu"), torch.float32)([2, 0, 1])
+        assert np.array_equal(x.numpy(), (np.concatenate([xs[2], xs[0], xs[1]]) - m) / s)
+        assert y.tolist() == np.concatenate([ys[2], ys[0], ys[1]]).tolist()
+        w = federated_workload(sc, data, torch.device("cpu"), torch.float32)
+        assert np.array_equal(w.x_test.numpy(), (xt_kept - m) / s) and w.y_test.tolist() == yt.tolist()
+        assert all(np.array_equal(a, b) for a, b in zip(xs, kept)) and np.array_equal(xt, xt_kept)
+    assert calls == [1]

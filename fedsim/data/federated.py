@@ -30,7 +30,9 @@ class FederatedData:
     Attributes:
         sizes: ``int64 (clients,)``: n_i, client i's number of training examples (each >= 1).
         client_data: ``k -> (x, y)``: client k's training examples (``len == sizes[k]``).
-        test: The shared test set ``(x, y)``, or None.
+        test: The shared test set ``(x, y)``; or a callable ``() -> (x, y)`` that builds it when the
+            run needs it, once, the run then owning the arrays (a reader's images decoded only
+            for a run, normalized in place); or None.
         client_test: ``k -> (x, y)``: client k's test part, or None (used when ``test`` is None).
         num_classes: Number of classes when targets are class labels; None otherwise (the run then
             reports losses only, no accuracy).
@@ -55,7 +57,7 @@ class FederatedData:
 
     sizes: np.ndarray
     client_data: Callable[[int], ClientArrays]
-    test: ClientArrays | None = None
+    test: ClientArrays | Callable[[], ClientArrays] | None = None
     client_test: Callable[[int], ClientArrays] | None = None
     num_classes: int | None = None
     name: str = "custom"

@@ -129,22 +129,24 @@ class _Mapping:
 
     def rows_arrays(self, rows: np.ndarray, name: str, transform: ImageTransform,
                     limit: int = MAX_DECODED_BYTES) -> tuple[np.ndarray, np.ndarray]:
-        images = []
         budget = ImageBudget(self.path, limit)
-        with open_regular(self.path, MAX_MAPPING_BYTES) as fh:
-            for r in rows:
-                fh.seek(int(self.offsets[r]))
-                sample = self._fields(self._line(fh, -1), -1)[self.col["sample_path"]]
-                file = (self.root / sample).resolve()
-                if not file.is_relative_to(self.root):
-                    raise DataFormatError(self.path, f"{name}: sample_path {short(sample)!r} leads outside {self.root}")
-                with open_regular(file, MAX_SAMPLE_BYTES) as img:
-                    try:
-                        data = img.read(MAX_SAMPLE_BYTES + 1)
-                    except OSError as err:
-                        raise DataFormatError(file, f"{name}: cannot read ({err.strerror or err})") from None
-                images.append(decode_image(data, file, name, transform, budget))
-        return stack_images(images, self.path, name), self.labels[rows]
+
+        def decoded():
+            with open_regular(self.path, MAX_MAPPING_BYTES) as fh:
+                for r in rows:
+                    fh.seek(int(self.offsets[r]))
+                    sample = self._fields(self._line(fh, -1), -1)[self.col["sample_path"]]
+                    file = (self.root / sample).resolve()
+                    if not file.is_relative_to(self.root):
+                        raise DataFormatError(self.path, f"{name}: sample_path {short(sample)!r} leads outside {self.root}")
+                    with open_regular(file, MAX_SAMPLE_BYTES) as img:
+                        try:
+                            data = img.read(MAX_SAMPLE_BYTES + 1)
+                        except OSError as err:
+                            raise DataFormatError(file, f"{name}: cannot read ({err.strerror or err})") from None
+                    yield decode_image(data, file, name, transform, budget)
+
+        return stack_images(decoded(), len(rows), self.path, name), self.labels[rows]
 
     def arrays(self, k: int, transform: ImageTransform) -> tuple[np.ndarray, np.ndarray]:
         return self.rows_arrays(self.order[self.bounds[k]:self.bounds[k + 1]], who("client", self.names[k]), transform)
@@ -181,8 +183,8 @@ def load_fedscale(root: str | Path, *, num_classes: int | None = None, name: str
                                              "give num_classes")
     for m in (tr, te):
         m.check_labels(num_classes)
-    test = te.rows_arrays(np.arange(len(te.labels)), "test set", transform, MAX_TEST_BYTES)
     if transform.mean is not None:
         kw = {"mean": transform.mean, "std": transform.std, **kw}
-    return FederatedData(sizes=tr.sizes(), client_data=lambda k: tr.arrays(k, transform), test=test,
+    return FederatedData(sizes=tr.sizes(), client_data=lambda k: tr.arrays(k, transform),
+                         test=lambda: te.rows_arrays(np.arange(len(te.labels)), "test set", transform, MAX_TEST_BYTES),
                          num_classes=max(num_classes, 2), name=name, client_ids=tr.names, **kw)

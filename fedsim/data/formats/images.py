@@ -11,7 +11,7 @@ import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Iterable, Literal
 
 import numpy as np
 
@@ -100,10 +100,15 @@ def decode_image(data: bytes, where: str | Path, who: str, transform: ImageTrans
     return arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
 
 
-def stack_images(images: list[np.ndarray], where: str | Path, who: str) -> np.ndarray:
-    """Images of one client -> ``float32 (n, C, H, W)``; every image must have the same shape."""
-    shapes = {im.shape for im in images}
-    if len(shapes) > 1:
-        a, b = sorted(shapes)[:2]
-        raise DataFormatError(where, f"{who}: images differ in shape ({a} and {b})")
-    return np.stack(images).astype(np.float32, copy=False)
+def stack_images(images: Iterable[np.ndarray], n: int, where: str | Path, who: str) -> np.ndarray:
+    """``n`` images of one client -> ``float32 (n, C, H, W)``, each copied in as it comes (no list of
+    decoded images is held beside the result); every image must have the same shape."""
+    out = None
+    for i, im in enumerate(images):
+        if out is None:
+            out = np.empty((n, *im.shape), dtype=np.float32)
+        elif im.shape != out.shape[1:]:
+            a, b = sorted([out.shape[1:], im.shape])
+            raise DataFormatError(where, f"{who}: images differ in shape ({a} and {b})")
+        out[i] = im
+    return out if out is not None else np.zeros((0,), dtype=np.float32)

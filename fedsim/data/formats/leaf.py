@@ -40,6 +40,7 @@ from json.decoder import JSONDecodeError
 from pathlib import Path
 from typing import Any, Callable
 
+import msgspec
 import numpy as np
 
 from fedsim.data.errors import DataNotFound
@@ -100,7 +101,7 @@ class LeafIndex:
             fh.seek(start)
             raw = fh.read(end - start)
         try:
-            value = json.loads(raw)
+            value = _loads(raw)
         except (JSONDecodeError, UnicodeDecodeError) as err:
             raise DataFormatError(path, f"{name}: malformed JSON ({_reason(err)})") from None
         except (RecursionError, ValueError) as err:  # nesting changed since the scan; a 5,000-digit number
@@ -111,6 +112,17 @@ class LeafIndex:
             return [], []
         check_client(value["x"], value["y"], path, name, expected=int(self.sizes[i]))
         return value["x"], value["y"]
+
+
+def _loads(raw: bytes) -> Any:
+    """``json.loads(raw)``: the value LEAF's reader (``json.load``) gets, decoded by msgspec where it
+    can (about 3x faster on FEMNIST's number lists; numbers, strings and duplicate keys come out the
+    same). A document msgspec refuses -- ``NaN``, ``1e400``, a lone surrogate, a 5,000-digit
+    integer, malformed JSON -- goes to ``json.loads``, whose value or error it then is."""
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        return json.loads(raw)
 
 
 def _reason(err: Exception) -> str:
@@ -259,7 +271,7 @@ def _parse(s: Any, start: int, end: int, path: Path, what: str) -> Any:
     if end - start > MAX_JSON_VALUE_BYTES:
         raise DataFormatError(path, f"{what} is larger than {MAX_JSON_VALUE_BYTES:,} bytes")
     try:
-        return json.loads(s[start:end])
+        return _loads(s[start:end])
     except (JSONDecodeError, UnicodeDecodeError) as err:
         raise DataFormatError(path, f"{what}: malformed JSON ({_reason(err)})") from None
     except (RecursionError, ValueError) as err:  # a 5,000-digit number; the depth is bounded before

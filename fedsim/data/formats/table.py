@@ -288,13 +288,15 @@ def _features(table: Any, cols: _Columns, where: Path, who: str) -> np.ndarray:
     if pt.is_struct(t) and t.get_field_index("bytes") >= 0:
         col, t = pa.chunked_array([c.field("bytes") for c in col.chunks], type=t.field("bytes").type), t.field("bytes").type
     if pt.is_binary(t) or pt.is_large_binary(t):
-        images = []
         budget = ImageBudget(where)
-        for v in col.to_pylist():
-            if v is None:
-                raise DataFormatError(where, f"{who}: an image is missing")
-            images.append(decode_image(v, where, who, budget=budget))
-        return stack_images(images, where, who)
+
+        def decoded(values):
+            for v in values:
+                if v is None:
+                    raise DataFormatError(where, f"{who}: an image is missing")
+                yield decode_image(v, where, who, budget=budget)
+
+        return stack_images(decoded(col.to_pylist()), len(col), where, who)
     if pt.is_string(t) or pt.is_large_string(t):
         values = col.to_pylist()
         if cols.vocab is None:
