@@ -22,7 +22,9 @@ baseline's client-steps/s beside plain torch's per-step time for the same model.
    round done), and the peak RSS then (VmHWM). Also ``fedsim validate`` of the same scenario in
    another interpreter, with a Python audit hook counting the files it opens under ``DIR``.
    Goal (issue 27): FEMNIST within 30 s and 1.5 GB; validate opens no data file. ``--start-only``
-   stops the run as round 1 starts (the round's own training is then not measured).
+   stops the run as round 1 starts (the round's own training is then not measured). The scenario
+   sets ``eval.train_loss: false`` (the start then reads the evaluation sample's test parts only);
+   ``--train-loss`` measures fedsim's default, which also holds the sample's training data.
 
 3. ``speed DIR [--rounds 5]``: the LEAF FEMNIST baseline (``leaf_cnn``, 10 clients a round, one
    epoch, batch 10, FedAvg lr 0.004, no evaluation after round 0) for ``--rounds`` rounds after
@@ -31,7 +33,7 @@ baseline's client-steps/s beside plain torch's per-step time for the same model.
    10 for the same model and threads; the ratio is what matters.
 
     python benchmarks/bench_datasets_full.py generate /data/full [--scale 1.0]
-    python benchmarks/bench_datasets_full.py first-round /data/full [--dataset femnist] [--no-save]
+    python benchmarks/bench_datasets_full.py first-round /data/full [--dataset femnist] [--train-loss] [--no-save]
     python benchmarks/bench_datasets_full.py speed /data/full [--rounds 5] [--no-save]
 
 Results: benchmarks/results/datasets_full_first_round.{csv,md} and datasets_full_speed.{csv,md}. Run alone on

@@ -18,8 +18,10 @@ What is read is what FedScale's readers read (``fedscale/dataloaders/femnist.py`
   default keeps the stored size, grey -> 1 channel, else RGB; FEMNIST's is FedScale's:
   :data:`~.images.FEDSCALE_MNIST`), ``float32 (n, C, H, W)``.
 
-Opening reads the CSV once and keeps, per row, only its byte offset, client and label (no paths in
-memory); ``client_data(k)`` re-reads client k's rows and decodes its images. A ``sample_path``
+Opening reads the CSVs once and keeps, per row, only its byte offset, client and label (no paths in
+memory); ``client_data(k)`` re-reads client k's rows and decodes its images, and the shared test
+set is ``FederatedData.test`` as a callable, decoded when a run builds its data (into one
+preallocated array, the run owning it). A ``sample_path``
 that is absolute or leads outside ROOT (``..``, or a symbolic link pointing out) is refused, and
 so is one that is not a regular file (a FIFO, a device), before it is read. Bounds
 (:mod:`fedsim.limits`): the CSV at most ``MAX_MAPPING_BYTES``, ``MAX_DATA_ROWS`` rows and
