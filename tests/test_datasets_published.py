@@ -1,6 +1,6 @@
-"""The publishers' own files (../shared/fixtures/published, written by LEAF, FedScale's layout,
-FedJAX, TFF/pfl and Hugging Face code; its README says how), read by fedsim and compared exactly with
-what each publisher's own reader returns (issue 27).
+"""The publishers' own files (tests/fixtures/published, a copy of ../shared/fixtures/published,
+written by LEAF, FedScale's layout, FedJAX, TFF/pfl and Hugging Face code; its README says how),
+read by fedsim and compared exactly with what each publisher's own reader returns (issue 27).
 
 The expected values come from the publishers' readers, not from fedsim: the ``*_read.npz`` files
 the fixtures ship (FedJAX, pfl, Flower), LEAF's reader and encoding re-stated from its source
@@ -23,9 +23,10 @@ import pytest
 from fedsim.data.formats.errors import DataFormatError
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLISHED = next((p for p in (ROOT.parent / "shared" / "fixtures" / "published",
-                              Path("/work/shared/fixtures/published")) if p.is_dir()), None)
-pytestmark = pytest.mark.skipif(PUBLISHED is None, reason="../shared/fixtures/published is not here")
+# a copy of ../shared/fixtures/published is kept in the repository, so a clean clone compares too
+PUBLISHED = next((p for p in (ROOT / "tests" / "fixtures" / "published", ROOT.parent / "shared" / "fixtures" / "published")
+                  if p.is_dir()), None)
+pytestmark = pytest.mark.skipif(PUBLISHED is None, reason="tests/fixtures/published is not here")
 
 
 @pytest.fixture(scope="module")
