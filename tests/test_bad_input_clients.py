@@ -204,6 +204,29 @@ def test_a_callable_that_raises_is_one_line_naming_it():
         fetcher(d, torch.device("cpu"), torch.float32)([1])
 
 
+def test_a_test_set_callable_that_raises_is_one_line_naming_it(tmp_path):
+    """``FederatedData.test`` as a callable: called when the run builds its data, before the run
+    folder is written; a failure is one line naming it (a reader's own error kept as it is)."""
+    sc = {"seed": 0, "rounds": 1, "model": {"name": "logreg"}, "engine": {"threads": 1},
+          "round": {"policy": "wait", "clients_per_round": 2, "local_steps": 1},
+          "algorithm": {"name": "fedavg", "lr": 0.1, "batch_size": 2}}
+
+    def boom():
+        raise KeyError("pixels")
+
+    def reader():
+        raise ScenarioError("test.csv: line 3: label_id 'x' is not an integer")
+
+    for test, message in ((boom, "data: test() failed: KeyError: 'pixels'"),
+                          (reader, "test.csv: line 3: label_id 'x' is not an integer"),
+                          (lambda: 5, "data: the test set must be (x, y): ")):
+        d = FederatedData(sizes=np.full(3, 6), client_data=client, test=test, num_classes=2)
+        with pytest.raises(ScenarioError) as err:
+            fedsim.run(sc, data=d, out=tmp_path / "run")
+        assert str(err.value).startswith(message) and "\n" not in str(err.value), err.value
+        assert not (tmp_path / "run").exists()
+
+
 def test_a_readers_own_error_is_kept_as_it_is():
     def reader(k):
         raise ScenarioError("train/all_data_0.json: user 'f7': label 9 out of range [0, 2)")

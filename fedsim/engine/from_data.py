@@ -59,12 +59,7 @@ def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = Fals
         rows = None if test else int(data.sizes[clients].sum())
         xs, ys, at = [], [], 0
         for k in clients:
-            try:
-                got = get(k)
-            except ScenarioError:  # a reader's DataFormatError names its file: kept as it is
-                raise
-            except Exception as err:  # noqa: BLE001 -- the user's callable failed: one line naming it
-                raise ScenarioError(f"data: {what}({k}) failed: {_one_line(err)}") from None
+            got = _called(get, f"{what}({k})", k)
             try:
                 x, y = got
                 nx, ny = len(x), len(y)
@@ -131,6 +126,17 @@ def _check_test_set(data, x_train: torch.Tensor, y_train: torch.Tensor, x_test: 
         raise ScenarioError(f"data: the test set has labels outside 0..{data.num_classes - 1}")
 
 
+def _called(fn, label: str, *args):
+    """``fn(*args)``: a reader's DataFormatError (naming its file) kept as it is, any other failure
+    of the user's callable one line naming it."""
+    try:
+        return fn(*args)
+    except ScenarioError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise ScenarioError(f"data: {label} failed: {_one_line(err)}") from None
+
+
 def _one_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
@@ -158,12 +164,7 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
     held = [np.arange(e - n, e, dtype=np.int64) for n, e in zip(sizes[held_ids], ends)]
     if data.test is not None:
         owned = callable(data.test)  # built for this run: normalized in place
-        try:
-            got = data.test() if owned else data.test
-        except ScenarioError:  # a reader's DataFormatError names its file: kept as it is
-            raise
-        except Exception as err:  # noqa: BLE001 -- the user's callable failed: one line naming it
-            raise ScenarioError(f"data: test() failed: {_one_line(err)}") from None
+        got = _called(data.test, "test()") if owned else data.test
         try:
             x_test, y_test = got
             nx, ny = len(x_test), len(y_test)
