@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import ScenarioError
+from .palette import PaletteRows, codes, tables
 from .workload_value import Workload, eval_sample
 
 __all__ = ["federated_workload", "fetcher", "check_every_client"]
@@ -41,9 +42,11 @@ def _tensor(a: Any, device: torch.device, dtype: torch.dtype, *, classes: bool =
     return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
 
 
-def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = False):
+def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = False, palette: bool = False):
     """``clients -> (x, y)``: the listed clients' training rows (``test``: test parts), client after
-    client, as tensors on ``device``, normalized; each client's lengths checked against its size."""
+    client, as tensors on ``device``, normalized; each client's lengths checked against its size.
+    ``palette``: inputs whose values are all k / 255 come back as :class:`~.palette.PaletteRows`
+    (one byte a value; the same values when indexed), for rows a run holds throughout."""
     get = data.client_test if test else data.client_data
     what = "client_test" if test else "client_data"
     mean = std = None
@@ -52,12 +55,12 @@ def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = Fals
         std = torch.as_tensor(data.std, dtype=dtype, device=device).view(1, -1, 1, 1)
     shape: list = []
 
-    def fetch(clients: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def fetch(clients: Sequence[int]) -> tuple[Any, torch.Tensor]:
         clients = [int(k) for k in clients]
         # training rows: their number is known (sizes), so each client is copied into one tensor as it
         # comes instead of a list of them and its concatenation (half the peak for a big sample)
         rows = None if test else int(data.sizes[clients].sum())
-        xs, ys, at = [], [], 0
+        xs, ys = _Gather(rows, palette, mean is not None), _Gather(rows, False, False)
         for k in clients:
             got = _called(get, f"{what}({k})", k)
             try:
@@ -81,23 +84,67 @@ def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = Fals
                                     f"{tuple(yt.shape[1:])}; earlier clients had {shape[0]} and {shape[1]}")
             if data.num_classes is not None and len(yt) and (int(yt.min()) < 0 or int(yt.max()) >= data.num_classes):
                 raise ScenarioError(f"data: {what}({k}) has labels outside 0..{data.num_classes - 1}")
-            if rows is None:
-                xs.append(xt)
-                ys.append(yt)
-                continue
-            if not xs:
-                xs.append(torch.empty((rows, *xt.shape[1:]), dtype=xt.dtype, device=device))
-                ys.append(torch.empty((rows, *yt.shape[1:]), dtype=yt.dtype, device=device))
-            xs[0][at:at + ny].copy_(xt)
-            ys[0][at:at + ny].copy_(yt)
-            at += ny
+            xs.add(xt)
+            ys.add(yt)
             del xt, yt, x, y, got
-        x, y = (xs[0], ys[0]) if rows is not None and xs else (torch.cat(xs), torch.cat(ys))
-        if mean is not None and x.is_floating_point():
-            x = x.sub_(mean).div_(std)  # x is this call's own tensor (a copy or a concatenation)
-        return x, y
+        return xs.result(mean, std), ys.result(None, None)
 
     return fetch
+
+
+class _Gather:
+    """Clients' rows into one tensor: preallocated when the total is known (``rows``), else
+    concatenated; with ``palette`` as uint8 codes while every value is k / 255
+    (:func:`~.palette.codes`), turned back to floats the first time one is not."""
+
+    def __init__(self, rows: int | None, palette: bool, normalized: bool):
+        self.rows, self.palette, self.normalized = rows, palette, normalized
+        self.parts: list[torch.Tensor] = []  # rows None: one part per client; else one buffer
+        self.at, self.table, self.empty = 0, None, None
+
+    def add(self, x: torch.Tensor) -> None:
+        if not len(x) and self.rows is None:  # an empty test part: only its shape is kept
+            self.empty = x
+            return
+        if self.palette and not self.at and x.is_floating_point() and (not self.normalized or x.dim() == 4):
+            self.table = next((t for t in tables(x.dtype, x.device) if codes(x[:1], t) is not None), None)
+        if self.table is not None:
+            coded = codes(x, self.table)
+            if coded is None:
+                self._to_values()
+            else:
+                x = coded
+        if self.rows is None:
+            self.parts.append(x)
+        else:
+            if not self.parts:
+                self.parts.append(torch.empty((self.rows, *x.shape[1:]), dtype=x.dtype, device=x.device))
+            self.parts[0][self.at:self.at + len(x)].copy_(x)
+        self.at += len(x)
+
+    def _to_values(self) -> None:
+        """A value outside the table: the rows coded so far back to the values they stand for."""
+        table, self.table = self.table, None
+        if self.rows is None:
+            self.parts = [table[p.long()] for p in self.parts]
+            return
+        old = self.parts[0]
+        new = torch.empty(old.shape, dtype=table.dtype, device=old.device)
+        step = max(1, (1 << 22) // max(1, old[0].numel()))
+        for s in range(0, self.at, step):
+            e = min(self.at, s + step)
+            new[s:e] = table[old[s:e].long()]
+        self.parts = [new]
+
+    def result(self, mean: torch.Tensor | None, std: torch.Tensor | None):
+        if self.rows is None and not self.parts and self.empty is not None:
+            self.parts = [self.empty]
+        x = self.parts[0] if self.rows is not None and self.parts else torch.cat(self.parts)
+        if self.table is not None:
+            return PaletteRows(x, self.table, mean, std)
+        if mean is not None and x.is_floating_point():
+            x = x.sub_(mean).div_(std)  # x is this call's own tensor (a copy or a concatenation)
+        return x
 
 
 def check_every_client(data, dtype: torch.dtype) -> None:
@@ -124,6 +171,23 @@ def _check_test_set(data, x_train: torch.Tensor, y_train: torch.Tensor, x_test: 
                             f"clients' {str(x_train.dtype).replace('torch.', '')}")
     if data.num_classes is not None and len(y_test) and (int(y_test.min()) < 0 or int(y_test.max()) >= data.num_classes):
         raise ScenarioError(f"data: the test set has labels outside 0..{data.num_classes - 1}")
+
+
+def _held_test_set(x: torch.Tensor, data, dtype: torch.dtype, owned: bool):
+    """The shared test set as the run holds it: :class:`~.palette.PaletteRows` when every value is
+    k / 255, else the values, normalized (in place when the run owns them)."""
+    mean = std = None
+    if data.mean is not None and x.is_floating_point():
+        mean = torch.as_tensor(data.mean, dtype=dtype, device=x.device).view(1, -1, 1, 1)
+        std = torch.as_tensor(data.std, dtype=dtype, device=x.device).view(1, -1, 1, 1)
+    if x.is_floating_point() and (mean is None or x.dim() == 4):
+        for table in tables(x.dtype, x.device):
+            coded = codes(x, table)
+            if coded is not None:
+                return PaletteRows(coded, table, mean, std)
+    if mean is not None:
+        x = x.sub_(mean).div_(std) if owned else (x - mean) / std
+    return x
 
 
 def _called(fn, label: str, *args):
@@ -159,7 +223,10 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
     holds_sample = sample is None or sc.eval.train_loss
     held_ids = sample_ids if holds_sample else sample_ids[:1]
     fetch = fetcher(data, device, dtype)
-    x_train, y_train = fetch(held_ids)
+    subset = sample is not None
+    # held for the whole run: k / 255 inputs as one byte each (the cohorts of a subset run are decoded
+    # by Workload.for_clients; a run holding every client indexes x_train directly, so keeps floats)
+    x_train, y_train = fetcher(data, device, dtype, palette=subset)(held_ids)
     ends = np.cumsum(sizes[held_ids])
     held = [np.arange(e - n, e, dtype=np.int64) for n, e in zip(sizes[held_ids], ends)]
     if data.test is not None:
@@ -177,13 +244,10 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
             y_test = _tensor(y_test, device, dtype, classes=data.num_classes is not None)
         except (TypeError, ValueError, RuntimeError) as err:
             raise ScenarioError(f"data: the test set holds arrays torch cannot take: {_one_line(err)}") from None
-        if data.mean is not None and x_test.is_floating_point():
-            mean = torch.as_tensor(data.mean, dtype=dtype, device=device).view(1, -1, 1, 1)
-            std = torch.as_tensor(data.std, dtype=dtype, device=device).view(1, -1, 1, 1)
-            x_test = x_test.sub_(mean).div_(std) if owned else (x_test - mean) / std
+        x_test = _held_test_set(x_test, data, dtype, owned)
         _check_test_set(data, x_train, y_train, x_test, y_test)
     else:
-        x_test, y_test = fetcher(data, device, dtype, test=True)(sample_ids)
+        x_test, y_test = fetcher(data, device, dtype, test=True, palette=True)(sample_ids)
     augment = data.augment if sc.data.augment is None else sc.data.augment
     if augment and x_train.dim() != 4:
         raise ScenarioError(f"data.augment: random crop and flip need images; {data.name} has inputs of shape "
@@ -208,7 +272,6 @@ def federated_workload(sc, data, device: torch.device, dtype: torch.dtype, *, mo
             counts[c] = np.bincount(ycpu[ix], minlength=num_classes)
     if data.check_clients == "all":  # after the model is built: a bad factory fails first
         check_every_client(data, dtype)
-    subset = sample is not None
     return Workload(
         name=data.name,
         x_train=x_train,

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from ..rng import stream
+from .palette import PaletteRows
 
 Tensors = dict[str, torch.Tensor]
 
@@ -26,9 +27,11 @@ EVAL_CLIENTS = 1000
 @dataclass
 class Workload:
     name: str
-    x_train: torch.Tensor
+    # inputs: a tensor, or PaletteRows (k / 255 values held as uint8 codes, indexing to the same
+    # values) for rows held throughout: a FederatedData run's evaluation sample and test set
+    x_train: torch.Tensor | PaletteRows
     y_train: torch.Tensor
-    x_test: torch.Tensor | None
+    x_test: torch.Tensor | PaletteRows | None
     y_test: torch.Tensor | None
     # the held clients' rows of x_train: a list over all clients, or {client: rows} for a subset
     client_indices: list[np.ndarray] | Mapping[int, np.ndarray]

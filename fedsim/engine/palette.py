@@ -1,0 +1,108 @@
+"""8-bit inputs held as one byte each: the rows a run holds for its whole length, exactly.
+
+Image datasets store pixels as k / 255 for k in 0..255: LEAF's FEMNIST writes ``pixel / 255`` as
+JSON floats, FedScale's images and the table readers decode 8-bit pixels and divide by 255.
+:class:`PaletteRows` keeps such rows as ``uint8`` codes k and a table of the 256 values; indexing
+it gives the values back in the engine's dtype, normalized per channel when the data are, bit for
+bit what the float rows were (the table holds exactly those values and is normalized by the same
+two IEEE operations, ``(v - mean) / std``, as the rows would have been). A quarter of float32's
+memory, an eighth of float64's: the evaluation sample's training data and the test set are held
+for the whole run (docs/devices.md, "The evaluation sample").
+
+:func:`codes` encodes a block of rows when every value is one of the table's, else returns None
+(the caller keeps floats).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["PaletteRows", "tables", "codes"]
+
+
+def tables(dtype: torch.dtype, device: torch.device | str = "cpu") -> list[torch.Tensor]:
+    """The candidate tables of k / 255 in ``dtype`` on ``device``: computed in ``dtype``, and
+    computed in float32 then cast (8-bit pixels a reader decoded to float32, in a float64 run)."""
+    k = torch.arange(256, dtype=torch.float64)
+    out = [(k / 255).to(dtype)]
+    alt = (k.to(torch.float32) / 255).to(dtype)
+    if not torch.equal(alt, out[0]):
+        out.append(alt)
+    return [t.to(device) for t in out]
+
+
+def codes(x: torch.Tensor, table: torch.Tensor, *, block: int = 1 << 22) -> torch.Tensor | None:
+    """``uint8`` codes k with ``table[k]`` equal to ``x`` bit for bit, element for element (so
+    -0.0 and NaN are never coded), or None when a value is not in ``table``. Worked through in
+    blocks of about ``block`` values (a big test set never has a long index of its whole size)."""
+    bits = _BITS.get(x.dtype)
+    if bits is None or x.dtype != table.dtype or x.dim() == 0:
+        return None
+    out = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
+    step = max(1, block // max(1, x[0].numel())) if len(x) else 1
+    for s in range(0, len(x), step):
+        xb = x[s:s + step]
+        k = torch.round(xb * 255).clamp_(0, 255).to(torch.uint8)
+        if not torch.equal(table[k.long()].view(bits), xb.view(bits)):
+            return None
+        out[s:s + step] = k
+    return out
+
+
+_BITS = {torch.float32: torch.int32, torch.float64: torch.int64}
+
+
+class PaletteRows:
+    """Rows of ``uint8`` codes that index like the float tensor they encode.
+
+    Args:
+        codes: ``uint8 (n, ...)``, one code per input value.
+        table: The 256 values, ``(256,)``.
+        mean, std: Per-channel normalization of ``(n, C, H, W)`` images (each ``(1, C, 1, 1)`` in
+            the table's dtype), or None: the values as they are.
+    """
+
+    def __init__(self, codes: torch.Tensor, table: torch.Tensor, mean: torch.Tensor | None = None,
+                 std: torch.Tensor | None = None):
+        self.codes = codes
+        if mean is None:
+            self._flat, self._offset = table, None
+        else:  # one row of 256 normalized values per channel, as (x - mean) / std on the rows
+            channels = codes.shape[1]
+            per_channel = table.view(1, 256).expand(channels, 256)
+            self._flat = ((per_channel - mean.view(-1, 1)) / std.view(-1, 1)).reshape(-1)
+            self._offset = (torch.arange(channels, device=codes.device) * 256).view(1, channels, *([1] * (codes.dim() - 2)))
+
+    def __getitem__(self, index) -> torch.Tensor:
+        k = self.codes[index].long()
+        if self._offset is not None:
+            k = k + (self._offset[0] if k.dim() == self.codes.dim() - 1 else self._offset)
+        return self._flat[k]
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.codes.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.codes.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._flat.dtype
+
+    def element_size(self) -> int:
+        return self._flat.element_size()
+
+    def is_floating_point(self) -> bool:
+        return True
+
+    def dim(self) -> int:
+        return self.codes.dim()
+
+    @property
+    def nbytes(self) -> int:
+        return self.codes.numel()
