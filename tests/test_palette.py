@@ -140,3 +140,48 @@ def test_a_run_is_the_same_bit_for_bit_with_the_palette_and_without(tmp_path, mo
     for name in ("clients.csv", "rounds.csv"):
         assert (outs[True] / name).read_text() == (outs[False] / name).read_text()
     assert palette.codes is codes  # the module itself was left alone
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
+def test_token_ids_of_a_small_alphabet_are_coded_and_others_are_not(dtype):
+    rng = np.random.default_rng(3)
+    x = torch.as_tensor(rng.integers(0, 80, (6, 80)), dtype=dtype)
+    (table,) = tables(dtype)
+    k = codes(x, table, block=100)
+    assert k is not None and torch.equal(k.to(dtype), x)
+    rows = PaletteRows(k, table)
+    assert not rows.is_floating_point() and rows.dtype == dtype
+    for index in (slice(1, 4), torch.tensor([5, 0, 5]), 2):
+        got = rows[index]
+        assert got.dtype == dtype and torch.equal(got, x[index])
+    for bad in (256, -1, 300):
+        y = x.clone()
+        y[5, 79] = bad
+        assert codes(y, table, block=100) is None
+    assert tables(torch.uint8) == [] and tables(torch.bool) == [] and tables(torch.float16) == []
+
+
+def test_held_token_rows_and_test_parts_are_the_clients_ids():
+    """A text FederatedData (int64 ids in 0..79, LEAF Shakespeare's shape) run on a sample: the
+    held sample and test parts are coded, index to the clients' own int64 arrays, and a cohort
+    from ``for_clients`` is the same with and without coding; ids past 255 stay int64."""
+    rng = np.random.default_rng(4)
+    xs = [rng.integers(0, 80, (4 + c % 3, 12)) for c in range(9)]
+    ys = [rng.integers(0, 80, len(x)) for x in xs]
+    sc = parse_scenario({**SC, "model": {"name": "char_lstm"}, "data": {"name": "shakespeare", "root": "."}})
+    for big in (False, True):
+        if big:
+            xs[3] = xs[3].copy()
+            xs[3][0, 0] = 300
+        data = fedsim.FederatedData(sizes=np.array([len(y) for y in ys]), client_data=lambda k: (xs[k], ys[k]),
+                                    client_test=lambda k: (xs[k][:1], ys[k][:1]), num_classes=80)
+        work = federated_workload(sc, data, torch.device("cpu"), torch.float32)
+        held = dict(work.held_clients())
+        assert isinstance(work.x_train, PaletteRows) != (big and 3 in held)
+        for c, rows in held.items():
+            got = work.x_train[torch.as_tensor(rows)]
+            assert got.dtype == torch.int64 and np.array_equal(got.numpy(), xs[c])
+        sample = sorted(held)
+        assert np.array_equal(work.x_test[:].numpy(), np.concatenate([xs[c][:1] for c in sample]))
+        cohort = work.for_clients([sample[0], 8 if 8 not in held else 7, sample[-1]])
+        assert cohort.x_train.dtype == torch.int64 and isinstance(cohort.x_train, torch.Tensor)

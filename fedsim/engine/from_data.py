@@ -106,7 +106,7 @@ class _Gather:
         if not len(x) and self.rows is None:  # an empty test part: only its shape is kept
             self.empty = x
             return
-        if self.palette and not self.at and x.is_floating_point() and (not self.normalized or x.dim() == 4):
+        if self.palette and not self.at and (not (self.normalized and x.is_floating_point()) or x.dim() == 4):
             self.table = next((t for t in tables(x.dtype, x.device) if codes(x[:1], t) is not None), None)
         if self.table is not None:
             coded = codes(x, self.table)
@@ -141,7 +141,7 @@ class _Gather:
             self.parts = [self.empty]
         x = self.parts[0] if self.rows is not None and self.parts else torch.cat(self.parts)
         if self.table is not None:
-            return PaletteRows(x, self.table, mean, std)
+            return PaletteRows(x, self.table, *((mean, std) if self.table.is_floating_point() else ()))
         if mean is not None and x.is_floating_point():
             x = x.sub_(mean).div_(std)  # x is this call's own tensor (a copy or a concatenation)
         return x
@@ -180,7 +180,7 @@ def _held_test_set(x: torch.Tensor, data, dtype: torch.dtype, owned: bool):
     if data.mean is not None and x.is_floating_point():
         mean = torch.as_tensor(data.mean, dtype=dtype, device=x.device).view(1, -1, 1, 1)
         std = torch.as_tensor(data.std, dtype=dtype, device=x.device).view(1, -1, 1, 1)
-    if x.is_floating_point() and (mean is None or x.dim() == 4):
+    if mean is None or x.dim() == 4:
         for table in tables(x.dtype, x.device):
             coded = codes(x, table)
             if coded is not None:

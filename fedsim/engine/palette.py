@@ -1,12 +1,13 @@
 """8-bit inputs held as one byte each: the rows a run holds for its whole length, exactly.
 
 Image datasets store pixels as k / 255 for k in 0..255: LEAF's FEMNIST writes ``pixel / 255`` as
-JSON floats, FedScale's images and the table readers decode 8-bit pixels and divide by 255.
+JSON floats, FedScale's images and the table readers decode 8-bit pixels and divide by 255. Text
+datasets of a small alphabet hold token ids in 0..255 as int64 (LEAF's Shakespeare: 80 letters).
 :class:`PaletteRows` keeps such rows as ``uint8`` codes k and a table of the 256 values; indexing
-it gives the values back in the engine's dtype, normalized per channel when the data are, bit for
-bit what the float rows were (the table holds exactly those values and is normalized by the same
-two IEEE operations, ``(v - mean) / std``, as the rows would have been). A quarter of float32's
-memory, an eighth of float64's: the evaluation sample's training data and the test set are held
+it gives the values back in their dtype, normalized per channel when the data are, bit for bit
+what the rows were (the table holds exactly those values and is normalized by the same two IEEE
+operations, ``(v - mean) / std``, as the rows would have been). A quarter of float32's memory, an
+eighth of float64's and int64's: the evaluation sample's training data and the test set are held
 for the whole run (docs/devices.md, "The evaluation sample").
 
 :func:`codes` encodes a block of rows when every value is one of the table's, else returns None
@@ -21,8 +22,13 @@ __all__ = ["PaletteRows", "tables", "codes"]
 
 
 def tables(dtype: torch.dtype, device: torch.device | str = "cpu") -> list[torch.Tensor]:
-    """The candidate tables of k / 255 in ``dtype`` on ``device``: computed in ``dtype``, and
-    computed in float32 then cast (8-bit pixels a reader decoded to float32, in a float64 run)."""
+    """The candidate tables in ``dtype`` on ``device``. Floating: k / 255 computed in ``dtype``,
+    and computed in float32 then cast (8-bit pixels a reader decoded to float32, in a float64 run).
+    Integers wider than a byte: 0..255 (token ids of a small alphabet). Anything else: none."""
+    if dtype in _INTS:
+        return [torch.arange(256, dtype=dtype, device=device)]
+    if dtype not in _BITS:
+        return []
     k = torch.arange(256, dtype=torch.float64)
     out = [(k / 255).to(dtype)]
     alt = (k.to(torch.float32) / 255).to(dtype)
@@ -35,14 +41,14 @@ def codes(x: torch.Tensor, table: torch.Tensor, *, block: int = 1 << 22) -> torc
     """``uint8`` codes k with ``table[k]`` equal to ``x`` bit for bit, element for element (so
     -0.0 and NaN are never coded), or None when a value is not in ``table``. Worked through in
     blocks of about ``block`` values (a big test set never has a long index of its whole size)."""
-    bits = _BITS.get(x.dtype)
-    if bits is None or x.dtype != table.dtype or x.dim() == 0:
+    if x.dtype != table.dtype or x.dim() == 0 or not (x.dtype in _BITS or x.dtype in _INTS):
         return None
+    bits = _BITS.get(x.dtype, x.dtype)
     out = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     step = max(1, block // max(1, x[0].numel())) if len(x) else 1
     for s in range(0, len(x), step):
         xb = x[s:s + step]
-        k = torch.round(xb * 255).clamp_(0, 255).to(torch.uint8)
+        k = (torch.round(xb * 255) if x.is_floating_point() else xb).clamp(0, 255).to(torch.uint8)
         if not torch.equal(table[k.long()].view(bits), xb.view(bits)):
             return None
         out[s:s + step] = k
@@ -50,10 +56,11 @@ def codes(x: torch.Tensor, table: torch.Tensor, *, block: int = 1 << 22) -> torc
 
 
 _BITS = {torch.float32: torch.int32, torch.float64: torch.int64}
+_INTS = (torch.int16, torch.int32, torch.int64)
 
 
 class PaletteRows:
-    """Rows of ``uint8`` codes that index like the float tensor they encode.
+    """Rows of ``uint8`` codes that index like the tensor they encode.
 
     Args:
         codes: ``uint8 (n, ...)``, one code per input value.
@@ -98,7 +105,7 @@ class PaletteRows:
         return self._flat.element_size()
 
     def is_floating_point(self) -> bool:
-        return True
+        return self._flat.is_floating_point()
 
     def dim(self) -> int:
         return self.codes.dim()
