@@ -90,10 +90,17 @@ def test_a_client_outside_the_palette_turns_the_rows_back_to_values():
     xs, ys = _clients()
     xs[5] = xs[5].copy()
     xs[5][0, 0, 0, 0] = 0.3  # not k / 255
+    xs[6] = xs[6].copy()
+    xs[6][1, 0, 0, 0] = 0.3  # in its second row
     parts = [(x[:1], y[:1]) for x, y in zip(xs, ys)]
     parts[2] = (xs[2][:0], ys[2][:0])
     data = fedsim.FederatedData(sizes=np.array([len(y) for y in ys]), client_data=lambda k: (xs[k], ys[k]),
                                 client_test=lambda k: parts[k], num_classes=4)
+    for order in ([5, 1], [1, 5]):  # the foreign value in the first client fetched (nothing coded yet), or not
+        x, _ = fetcher(data, torch.device("cpu"), torch.float32, palette=True)(order)
+        assert isinstance(x, torch.Tensor) and np.array_equal(x.numpy(), np.concatenate([xs[k] for k in order]))
+    x, _ = fetcher(data, torch.device("cpu"), torch.float32, palette=True)([6, 2])
+    assert isinstance(x, torch.Tensor) and np.array_equal(x.numpy(), np.concatenate([xs[6], xs[2]]))
     order = [4, 0, 5, 8]
     x, _ = fetcher(data, torch.device("cpu"), torch.float32, palette=True)(order)
     assert isinstance(x, torch.Tensor) and np.array_equal(x.numpy(), np.concatenate([xs[k] for k in order]))

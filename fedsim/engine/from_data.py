@@ -45,8 +45,9 @@ def _tensor(a: Any, device: torch.device, dtype: torch.dtype, *, classes: bool =
 def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = False, palette: bool = False):
     """``clients -> (x, y)``: the listed clients' training rows (``test``: test parts), client after
     client, as tensors on ``device``, normalized; each client's lengths checked against its size.
-    ``palette``: inputs whose values are all k / 255 come back as :class:`~.palette.PaletteRows`
-    (one byte a value; the same values when indexed), for rows a run holds throughout."""
+    ``palette``: inputs whose values are all k / 255 (or integer ids 0..255) come back as
+    :class:`~.palette.PaletteRows` (one byte a value; the same values when indexed), for rows a run
+    holds throughout."""
     get = data.client_test if test else data.client_data
     what = "client_test" if test else "client_data"
     mean = std = None
@@ -94,8 +95,9 @@ def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = Fals
 
 class _Gather:
     """Clients' rows into one tensor: preallocated when the total is known (``rows``), else
-    concatenated; with ``palette`` as uint8 codes while every value is k / 255
-    (:func:`~.palette.codes`), turned back to floats the first time one is not."""
+    concatenated; with ``palette`` as uint8 codes while every value is in a table of 256
+    (:func:`~.palette.tables`: k / 255, or ids 0..255), turned back to values the first time one
+    is not."""
 
     def __init__(self, rows: int | None, palette: bool, normalized: bool):
         self.rows, self.palette, self.normalized = rows, palette, normalized
@@ -125,7 +127,7 @@ class _Gather:
     def _to_values(self) -> None:
         """A value outside the table: the rows coded so far back to the values they stand for."""
         table, self.table = self.table, None
-        if self.rows is None:
+        if self.rows is None or not self.parts:  # a list of parts, or nothing coded yet
             self.parts = [table[p.long()] for p in self.parts]
             return
         old = self.parts[0]
@@ -175,7 +177,8 @@ def _check_test_set(data, x_train: torch.Tensor, y_train: torch.Tensor, x_test: 
 
 def _held_test_set(x: torch.Tensor, data, dtype: torch.dtype, owned: bool):
     """The shared test set as the run holds it: :class:`~.palette.PaletteRows` when every value is
-    k / 255, else the values, normalized (in place when the run owns them)."""
+    k / 255 (or an integer id 0..255), else the values, normalized (in place when the run owns
+    them)."""
     mean = std = None
     if data.mean is not None and x.is_floating_point():
         mean = torch.as_tensor(data.mean, dtype=dtype, device=x.device).view(1, -1, 1, 1)
