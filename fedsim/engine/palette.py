@@ -109,7 +109,3 @@ class PaletteRows:
 
     def dim(self) -> int:
         return self.codes.dim()
-
-    @property
-    def nbytes(self) -> int:
-        return self.codes.numel()
