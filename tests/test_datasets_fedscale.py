@@ -115,3 +115,51 @@ def test_fedscale_missing(tmp_path):
     with pytest.raises(DataNotFound) as err:
         load_fedscale(tmp_path, name="openimage")
     assert str(err.value).startswith(f"openimage: no client_data_mapping/train.csv in {tmp_path}; FedScale")
+
+
+def test_grey_images_made_rgb_are_the_bytes_of_converting_first():
+    """decode_image resizes an L image's one band and repeats it; FedScale converts to RGB first
+    and then resizes: the same float32 values, for sizes down and up, and for stored sizes."""
+    from PIL import Image
+
+    from fedsim.data.formats.images import FEDSCALE_MNIST, ImageTransform, decode_image
+
+    rng = np.random.default_rng(7)
+    for i in range(60):
+        h, w = int(rng.integers(9, 140)), int(rng.integers(9, 140))
+        px = rng.integers(0, 256, (h, w))
+        if i % 2:
+            px = np.where(rng.random((h, w)) < 0.8, 255, px)  # NIST-like: mostly white
+        data = _png(px)
+        for transform in (FEDSCALE_MNIST, ImageTransform(mode="RGB", size=(50, 41)), ImageTransform(mode="RGB")):
+            img = Image.open(io.BytesIO(data)).convert("RGB")
+            if transform.size is not None:
+                img = img.resize(transform.size, Image.BILINEAR)
+            want = (np.asarray(img, dtype=np.float32) / 255.0).transpose(2, 0, 1)
+            got = decode_image(data, "x", "y", transform)
+            assert got.dtype == np.float32 and np.array_equal(got, want), (i, transform)
+
+
+def test_a_folder_linking_out_of_the_data_folder_is_refused_for_every_sample_in_it(tmp_path):
+    """Samples' folders are resolved once each: a folder that is a link out of ROOT refuses its
+    samples, a link to a folder inside ROOT is followed, and a file link out is refused too."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (outside / "w").mkdir(parents=True)
+    (outside / "w" / "a.png").write_bytes(_png(np.zeros((2, 2))))
+    img = {"real/a.png": _png(np.full((2, 2), 7)), "real/b.png": _png(np.full((2, 2), 9))}
+    rows = [("c", "out/w/a.png", "n", 0), ("d", "inside/a.png", "n", 0), ("d", "real/b.png", "n", 1),
+            ("e", "real/link.png", "n", 0)]
+    _fedscale(root, rows, [("c", "real/a.png", "n", 0)], img)
+    (root / "out").symlink_to(outside)
+    (root / "inside").symlink_to(root / "real")
+    (root / "real" / "link.png").symlink_to(outside / "w" / "a.png")
+    fd = load_fedscale(root, num_classes=2)
+    csv = root / "client_data_mapping" / "train.csv"
+    with pytest.raises(DataFormatError) as err:
+        fd.client_data(0)
+    assert "client 'c': sample_path 'out/w/a.png' leads outside" in _one_line(err, csv)
+    x, y = fd.client_data(1)
+    assert np.allclose(x[:, 0, 0, 0] * 255, [7, 9]) and y.tolist() == [0, 1]
+    with pytest.raises(DataFormatError) as err:
+        fd.client_data(2)
+    assert "client 'e': sample_path 'real/link.png' leads outside" in _one_line(err, csv)

@@ -132,13 +132,14 @@ class _Mapping:
     def rows_arrays(self, rows: np.ndarray, name: str, transform: ImageTransform,
                     limit: int = MAX_DECODED_BYTES) -> tuple[np.ndarray, np.ndarray]:
         budget = ImageBudget(self.path, limit)
+        folders: dict[str, Path] = {}  # a sample's folder as written -> resolved (once per folder)
 
         def decoded():
             with open_regular(self.path, MAX_MAPPING_BYTES) as fh:
                 for r in rows:
                     fh.seek(int(self.offsets[r]))
                     sample = self._fields(self._line(fh, -1), -1)[self.col["sample_path"]]
-                    file = (self.root / sample).resolve()
+                    file = self._resolved(sample, folders)
                     if not file.is_relative_to(self.root):
                         raise DataFormatError(self.path, f"{name}: sample_path {short(sample)!r} leads outside {self.root}")
                     with open_regular(file, MAX_SAMPLE_BYTES) as img:
@@ -149,6 +150,18 @@ class _Mapping:
                     yield decode_image(data, file, name, transform, budget)
 
         return stack_images(decoded(), len(rows), self.path, name), self.labels[rows]
+
+    def _resolved(self, sample: str, folders: dict[str, Path]) -> Path:
+        """``(root / sample).resolve()``, its folder resolved once for all the samples in it: a
+        plain file name in a resolved folder is where it says unless it is itself a link."""
+        folder, _, name = sample.rpartition("/")
+        if name in ("", ".", ".."):
+            return (self.root / sample).resolve()
+        real = folders.get(folder)
+        if real is None:
+            real = folders[folder] = (self.root / folder).resolve()
+        file = real / name
+        return file.resolve() if file.is_symlink() else file
 
     def arrays(self, k: int, transform: ImageTransform) -> tuple[np.ndarray, np.ndarray]:
         return self.rows_arrays(self.order[self.bounds[k]:self.bounds[k + 1]], who("client", self.names[k]), transform)
