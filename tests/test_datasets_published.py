@@ -145,8 +145,10 @@ def test_fedscale_femnist_clients_in_fedscales_order_with_fedscales_transform(pu
         np.testing.assert_array_equal(y, yr)
     _, test_parts = _fedscale_reference(root, "test.csv")  # one shared test set (FedScale's executors)
     assert fd.client_test is None
-    xt, yt = fd.test()
-    np.testing.assert_array_equal(_normalized(xt, fd), np.concatenate([x for x, _ in test_parts]))
+    xt, yt = fd.test()  # 8-bit pixels (fd.pixels): the run sees float32 k / 255, client_data's values
+    assert fd.pixels and xt.dtype == np.uint8
+    np.testing.assert_array_equal(_normalized(xt.astype(np.float32) / np.float32(255), fd),
+                                  np.concatenate([x for x, _ in test_parts]))
     np.testing.assert_array_equal(yt, np.concatenate([y for _, y in test_parts]))
 
 

@@ -192,3 +192,34 @@ def test_held_token_rows_and_test_parts_are_the_clients_ids():
         assert np.array_equal(work.x_test[:].numpy(), np.concatenate([xs[c][:1] for c in sample]))
         cohort = work.for_clients([sample[0], 8 if 8 not in held else 7, sample[-1]])
         assert cohort.x_train.dtype == torch.int64 and isinstance(cohort.x_train, torch.Tensor)
+
+
+@pytest.mark.parametrize("dtype,normalized", [("float32", True), ("float64", True), ("float32", False)])
+def test_pixels_are_the_float32_values_a_reader_decodes(tmp_path, dtype, normalized):
+    """``FederatedData(pixels=True)`` with uint8 inputs (clients and a shared test set) runs as the
+    same data given as float32 k / 255 (what a reader decoding to float32 gives), in float32 and in
+    float64 runs, bit for bit; the test set is held as its bytes."""
+    rng = np.random.default_rng(5)
+    ks = [rng.integers(0, 256, (3 + c % 4, 1, 6, 6)).astype(np.uint8) for c in range(9)]
+    ys = [rng.integers(0, 4, len(k)) for k in ks]
+    kt, yt = rng.integers(0, 256, (10, 1, 6, 6)).astype(np.uint8), rng.integers(0, 4, 10)
+    norm = {"mean": (0.1307,), "std": (0.3081,)} if normalized else {}
+    as_bytes = fedsim.FederatedData(sizes=np.array([len(y) for y in ys]), client_data=lambda k: (ks[k], ys[k]),
+                                    test=lambda: (kt.copy(), yt), num_classes=4, pixels=True, **norm)
+    as_floats = fedsim.FederatedData(sizes=np.array([len(y) for y in ys]),
+                                     client_data=lambda k: (ks[k].astype(np.float32) / np.float32(255), ys[k]),
+                                     test=(kt.astype(np.float32) / np.float32(255), yt), num_classes=4, **norm)
+    sc = {**SC, "engine": {"threads": 1, "dtype": dtype}}
+    work = federated_workload(parse_scenario(sc), as_bytes, torch.device("cpu"), getattr(torch, dtype))
+    assert isinstance(work.x_test, PaletteRows) and work.x_test.codes.data_ptr() != 0
+    outs = {}
+    for name, data in (("bytes", as_bytes), ("floats", as_floats)):
+        outs[name] = tmp_path / name
+        fedsim.run(sc, data=data, out=outs[name])
+    a, b = (torch.load(outs[n] / "model.pt") for n in ("bytes", "floats"))
+    assert all(_same(a[k], b[k]) for k in a)
+    for name in ("clients.csv", "rounds.csv"):
+        assert (outs["bytes"] / name).read_text() == (outs["floats"] / name).read_text()
+    with pytest.raises(TypeError, match="pixels must be True or False"):
+        fedsim.FederatedData(sizes=np.array([1]), client_data=lambda k: (ks[0][:1], ys[0][:1]), test=(kt, yt),
+                             pixels="yes")

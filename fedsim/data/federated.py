@@ -53,6 +53,10 @@ class FederatedData:
             fedsim's batches keep B examples, continuing the stream). LEAF's readers set ``"ceil"``.
         notes: What the reader found worth saying (e.g. counts that differ from what a file
             declares), one line each; recorded in info.yaml as ``data_notes``.
+        pixels: ``uint8`` inputs are 8-bit pixels k: the run sees k / 255 (float32's value, in
+            the run's dtype: what ``np.asarray(img, np.float32) / 255`` gives), normalized by
+            ``mean``/``std``. A reader's test images then take one byte a value, never floats.
+            Float inputs are taken as they are either way.
     """
 
     sizes: np.ndarray
@@ -68,6 +72,7 @@ class FederatedData:
     check_clients: Literal["touched", "all"] = "touched"
     epoch_rule: Literal["floor", "ceil"] = "floor"
     notes: tuple[str, ...] = ()
+    pixels: bool = False
 
     def __post_init__(self) -> None:
         sizes = np.asarray(self.sizes)
@@ -91,6 +96,8 @@ class FederatedData:
             raise ValueError(f"{self.name}: check_clients must be 'touched' or 'all', got {self.check_clients!r}")
         if self.epoch_rule not in ("floor", "ceil"):
             raise ValueError(f"{self.name}: epoch_rule must be 'floor' or 'ceil', got {self.epoch_rule!r}")
+        if not isinstance(self.pixels, bool):
+            raise TypeError(f"{self.name}: pixels must be True or False")
         if isinstance(self.notes, str) or not all(isinstance(n, str) for n in self.notes):
             raise TypeError(f"{self.name}: notes must be a tuple of strings")
         object.__setattr__(self, "notes", tuple(" ".join(n.split()) for n in self.notes))

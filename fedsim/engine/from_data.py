@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import ScenarioError
-from .palette import PaletteRows, codes, tables
+from .palette import PaletteRows, codes, pixel_table, tables
 from .workload_value import Workload, eval_sample
 
 __all__ = ["federated_workload", "fetcher", "check_every_client"]
@@ -78,6 +78,8 @@ def fetcher(data, device: torch.device, dtype: torch.dtype, *, test: bool = Fals
                 yt = _tensor(y, device, dtype, classes=data.num_classes is not None)
             except (TypeError, ValueError, RuntimeError) as err:
                 raise ScenarioError(f"data: {what}({k}) returned arrays torch cannot take: {_one_line(err)}") from None
+            if data.pixels and xt.dtype == torch.uint8:  # 8-bit pixels: their values k / 255
+                xt = pixel_table(dtype, device)[xt.long()]
             if not shape:
                 shape.extend([tuple(xt.shape[1:]), tuple(yt.shape[1:])])
             elif (tuple(xt.shape[1:]), tuple(yt.shape[1:])) != tuple(shape):
@@ -177,12 +179,17 @@ def _check_test_set(data, x_train: torch.Tensor, y_train: torch.Tensor, x_test: 
 
 def _held_test_set(x: torch.Tensor, data, dtype: torch.dtype, owned: bool):
     """The shared test set as the run holds it: :class:`~.palette.PaletteRows` when every value is
-    k / 255 (or an integer id 0..255), else the values, normalized (in place when the run owns
-    them)."""
+    k / 255 (or an integer id 0..255; ``data.pixels``' uint8 as they are), else the values,
+    normalized (in place when the run owns them)."""
     mean = std = None
-    if data.mean is not None and x.is_floating_point():
+    pixels = data.pixels and x.dtype == torch.uint8  # 8-bit pixels: coded as they are, never floats
+    if data.mean is not None and (x.is_floating_point() or pixels):
         mean = torch.as_tensor(data.mean, dtype=dtype, device=x.device).view(1, -1, 1, 1)
         std = torch.as_tensor(data.std, dtype=dtype, device=x.device).view(1, -1, 1, 1)
+    if pixels and (mean is None or x.dim() == 4):
+        return PaletteRows(x, pixel_table(dtype, x.device), mean, std)
+    if pixels:
+        x = pixel_table(dtype, x.device)[x.long()]
     if mean is None or x.dim() == 4:
         for table in tables(x.dtype, x.device):
             coded = codes(x, table)

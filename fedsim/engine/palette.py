@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PaletteRows", "tables", "codes"]
+__all__ = ["PaletteRows", "tables", "pixel_table", "codes"]
 
 
 def tables(dtype: torch.dtype, device: torch.device | str = "cpu") -> list[torch.Tensor]:
@@ -35,6 +35,12 @@ def tables(dtype: torch.dtype, device: torch.device | str = "cpu") -> list[torch
     if not torch.equal(alt, out[0]):
         out.append(alt)
     return [t.to(device) for t in out]
+
+
+def pixel_table(dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The values of 8-bit pixels k (``FederatedData.pixels``) in ``dtype``: float32's k / 255,
+    what a reader decoding to float32 gives, cast to ``dtype``."""
+    return tables(dtype, device)[-1]
 
 
 def codes(x: torch.Tensor, table: torch.Tensor, *, block: int = 1 << 22) -> torch.Tensor | None:

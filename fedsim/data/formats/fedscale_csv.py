@@ -19,9 +19,10 @@ What is read is what FedScale's readers read (``fedscale/dataloaders/femnist.py`
   :data:`~.images.FEDSCALE_MNIST`), ``float32 (n, C, H, W)``.
 
 Opening reads the CSVs once and keeps, per row, only its byte offset, client and label (no paths in
-memory); ``client_data(k)`` re-reads client k's rows and decodes its images, and the shared test
-set is ``FederatedData.test`` as a callable, decoded when a run builds its data (into one
-preallocated array, the run owning it). A ``sample_path``
+memory); ``client_data(k)`` re-reads client k's rows and decodes its images (float32), and the
+shared test set is ``FederatedData.test`` as a callable, decoded when a run builds its data into
+one preallocated ``uint8`` array of 8-bit pixels (``FederatedData.pixels``: the run sees k / 255,
+the float32 values ``client_data`` gives), which the run owns. A ``sample_path``
 that is absolute or leads outside ROOT (``..``, or a symbolic link pointing out) is refused, and
 so is one that is not a regular file (a FIFO, a device), before it is read. Bounds
 (:mod:`fedsim.limits`): the CSV at most ``MAX_MAPPING_BYTES``, ``MAX_DATA_ROWS`` rows and
@@ -130,7 +131,7 @@ class _Mapping:
         return np.diff(self.bounds).astype(np.int64)
 
     def rows_arrays(self, rows: np.ndarray, name: str, transform: ImageTransform,
-                    limit: int = MAX_DECODED_BYTES) -> tuple[np.ndarray, np.ndarray]:
+                    limit: int = MAX_DECODED_BYTES, as_bytes: bool = False) -> tuple[np.ndarray, np.ndarray]:
         budget = ImageBudget(self.path, limit)
         folders: dict[str, Path] = {}  # a sample's folder as written -> resolved (once per folder)
 
@@ -147,9 +148,9 @@ class _Mapping:
                             data = img.read(MAX_SAMPLE_BYTES + 1)
                         except OSError as err:
                             raise DataFormatError(file, f"{name}: cannot read ({err.strerror or err})") from None
-                    yield decode_image(data, file, name, transform, budget)
+                    yield decode_image(data, file, name, transform, budget, as_bytes=as_bytes)
 
-        return stack_images(decoded(), len(rows), self.path, name), self.labels[rows]
+        return stack_images(decoded(), len(rows), self.path, name, np.uint8 if as_bytes else np.float32), self.labels[rows]
 
     def _resolved(self, sample: str, folders: dict[str, Path]) -> Path:
         """``(root / sample).resolve()``, its folder resolved once for all the samples in it: a
@@ -201,5 +202,6 @@ def load_fedscale(root: str | Path, *, num_classes: int | None = None, name: str
     if transform.mean is not None:
         kw = {"mean": transform.mean, "std": transform.std, **kw}
     return FederatedData(sizes=tr.sizes(), client_data=lambda k: tr.arrays(k, transform),
-                         test=lambda: te.rows_arrays(np.arange(len(te.labels)), "test set", transform, MAX_TEST_BYTES),
-                         num_classes=max(num_classes, 2), name=name, client_ids=tr.names, **kw)
+                         test=lambda: te.rows_arrays(np.arange(len(te.labels)), "test set", transform, MAX_TEST_BYTES,
+                                                     as_bytes=True),
+                         num_classes=max(num_classes, 2), name=name, client_ids=tr.names, pixels=True, **kw)

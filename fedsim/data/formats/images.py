@@ -60,8 +60,9 @@ class ImageBudget:
 
 
 def decode_image(data: bytes, where: str | Path, who: str, transform: ImageTransform | None = None,
-                 budget: ImageBudget | None = None) -> np.ndarray:
-    """One encoded image -> ``float32 (C, H, W)`` in [0, 1] (``transform``: mode and size).
+                 budget: ImageBudget | None = None, *, as_bytes: bool = False) -> np.ndarray:
+    """One encoded image -> ``float32 (C, H, W)`` in [0, 1] (``transform``: mode and size), or with
+    ``as_bytes`` its 8-bit pixels k, ``uint8 (C, H, W)`` (the float is k / 255 in float32).
 
     Raises:
         DataFormatError: not an image, more than ``MAX_IMAGE_PIXELS`` pixels, or over ``budget``.
@@ -92,7 +93,7 @@ def decode_image(data: bytes, where: str | Path, who: str, transform: ImageTrans
                 img = img if repeat else img.convert(mode)
                 if transform.size is not None:
                     img = img.resize(tuple(transform.size), Image.BILINEAR)
-                arr = np.asarray(img, dtype=np.float32) / 255.0
+                arr = np.asarray(img, dtype=np.uint8) if as_bytes else np.asarray(img, dtype=np.float32) / 255.0
                 if repeat:
                     arr = np.repeat(arr[:, :, None], 3, axis=2)
     except DataFormatError:
@@ -106,15 +107,15 @@ def decode_image(data: bytes, where: str | Path, who: str, transform: ImageTrans
     return arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
 
 
-def stack_images(images: Iterable[np.ndarray], n: int, where: str | Path, who: str) -> np.ndarray:
-    """``n`` images of one client -> ``float32 (n, C, H, W)``, each copied in as it comes (no list of
-    decoded images is held beside the result); every image must have the same shape."""
+def stack_images(images: Iterable[np.ndarray], n: int, where: str | Path, who: str, dtype=np.float32) -> np.ndarray:
+    """``n`` images of one client -> ``(n, C, H, W)`` of ``dtype``, each copied in as it comes (no
+    list of decoded images is held beside the result); every image must have the same shape."""
     out = None
     for i, im in enumerate(images):
         if out is None:
-            out = np.empty((n, *im.shape), dtype=np.float32)
+            out = np.empty((n, *im.shape), dtype=dtype)
         elif im.shape != out.shape[1:]:
             a, b = sorted([out.shape[1:], im.shape])
             raise DataFormatError(where, f"{who}: images differ in shape ({a} and {b})")
         out[i] = im
-    return out if out is not None else np.zeros((0,), dtype=np.float32)
+    return out if out is not None else np.zeros((0,), dtype=dtype)
