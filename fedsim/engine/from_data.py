@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..errors import ScenarioError
-from .palette import PaletteRows, codes, pixel_table, tables
+from .palette import PaletteRows, codes, encode, pixel_table
 from .workload_value import Workload, eval_sample
 
 __all__ = ["federated_workload", "fetcher", "check_every_client"]
@@ -111,8 +111,10 @@ class _Gather:
             self.empty = x
             return
         if self.palette and not self.at and (not (self.normalized and x.is_floating_point()) or x.dim() == 4):
-            self.table = next((t for t in tables(x.dtype, x.device) if codes(x[:1], t) is not None), None)
-        if self.table is not None:
+            found = encode(x)  # the first client decides the table
+            if found is not None:
+                x, self.table = found
+        elif self.table is not None:
             coded = codes(x, self.table)
             if coded is None:
                 self._to_values()
@@ -129,7 +131,7 @@ class _Gather:
     def _to_values(self) -> None:
         """A value outside the table: the rows coded so far back to the values they stand for."""
         table, self.table = self.table, None
-        if self.rows is None or not self.parts:  # a list of parts, or nothing coded yet
+        if self.rows is None:
             self.parts = [table[p.long()] for p in self.parts]
             return
         old = self.parts[0]
@@ -190,11 +192,9 @@ def _held_test_set(x: torch.Tensor, data, dtype: torch.dtype, owned: bool):
         return PaletteRows(x, pixel_table(dtype, x.device), mean, std)
     if pixels:
         x = pixel_table(dtype, x.device)[x.long()]
-    if mean is None or x.dim() == 4:
-        for table in tables(x.dtype, x.device):
-            coded = codes(x, table)
-            if coded is not None:
-                return PaletteRows(coded, table, mean, std)
+    found = encode(x) if mean is None or x.dim() == 4 else None
+    if found is not None:
+        return PaletteRows(*found, mean, std)
     if mean is not None:
         x = x.sub_(mean).div_(std) if owned else (x - mean) / std
     return x

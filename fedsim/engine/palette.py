@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["PaletteRows", "tables", "pixel_table", "codes"]
+__all__ = ["PaletteRows", "tables", "pixel_table", "codes", "encode"]
 
 
 def tables(dtype: torch.dtype, device: torch.device | str = "cpu") -> list[torch.Tensor]:
@@ -59,6 +59,15 @@ def codes(x: torch.Tensor, table: torch.Tensor, *, block: int = 1 << 22) -> torc
             return None
         out[s:s + step] = k
     return out
+
+
+def encode(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(codes, table)`` for the first of :func:`tables` that holds every value of ``x``, or None."""
+    for table in tables(x.dtype, x.device):
+        coded = codes(x, table)
+        if coded is not None:
+            return coded, table
+    return None
 
 
 _BITS = {torch.float32: torch.int32, torch.float64: torch.int64}
