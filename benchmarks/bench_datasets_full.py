@@ -35,8 +35,15 @@ baseline's client-steps/s beside plain torch's per-step time for the same model.
     python benchmarks/bench_datasets_full.py generate /data/full [--scale 1.0]
     python benchmarks/bench_datasets_full.py first-round /data/full [--dataset femnist] [--train-loss] [--no-save]
     python benchmarks/bench_datasets_full.py speed /data/full [--rounds 5] [--no-save]
+    python benchmarks/bench_datasets_full.py decode /data/full [--writers 100] [--images 10000] [--no-save]
 
-Results: benchmarks/results/datasets_full_first_round.{csv,md} and datasets_full_speed.{csv,md}. Run alone on
+4. ``decode DIR``: reading's two hot loops the old way and fedsim's way, alternately in one process
+   on the same bytes (values checked equal first): LEAF user values by ``json.loads`` vs msgspec
+   with json.loads's fallback, and FedScale's grey PNGs converted to RGB then resized vs resized as
+   one band then repeated. ``--images`` (default 10,000) is the PNGs decoded.
+
+Results: benchmarks/results/datasets_full_first_round.{csv,md}, datasets_full_speed.{csv,md} and
+datasets_full_decode.{csv,md}. Run alone on
 an idle machine (the files should be in the page cache, or the first read is the disk's speed).
 """
 
@@ -346,9 +353,55 @@ def speed(root: Path, rounds: int, save: bool) -> dict:
     return row
 
 
+# ---------------------------------------------------------------- decode
+def decode(root: Path, writers: int, images: int, save: bool) -> dict:
+    """Reading's two hot loops, old way and fedsim's way alternately in one process on the same
+    bytes: LEAF user values (``json.loads``, LEAF's reader, vs ``formats.leaf._loads``: msgspec,
+    json.loads where msgspec refuses) and FedScale's grey PNGs (Pillow's convert("RGB") then
+    resize, FedScale's transform, vs ``decode_image``: the one band resized, then repeated)."""
+    from PIL import Image
+
+    from fedsim.data.formats.images import FEDSCALE_MNIST, decode_image
+    from fedsim.data.formats.leaf import _loads, index_folder
+
+    index = index_folder(root / "femnist" / "train")
+    raws = []
+    for i in np.linspace(0, len(index.users) - 1, writers).astype(int):
+        f, a, b = (int(v) for v in index.spans[i])
+        with open(index.files[f], "rb") as fh:
+            fh.seek(a)
+            raws.append(fh.read(b - a))
+    pngs = [p.read_bytes() for p in sorted((root / "fedscale_femnist" / "data").rglob("*.png"))[:images]]
+
+    def old_image(data):
+        img = Image.open(io.BytesIO(data)).convert("RGB").resize((32, 32), Image.BILINEAR)
+        return (np.asarray(img, dtype=np.float32) / 255.0).transpose(2, 0, 1)
+
+    cases = {"leaf_json": (lambda: [json.loads(r) for r in raws], lambda: [_loads(r) for r in raws]),
+             "fedscale_png": (lambda: [old_image(d) for d in pngs], lambda: [decode_image(d, "x", "y", FEDSCALE_MNIST) for d in pngs])}
+    rows = []
+    for name, (old, new) in cases.items():
+        assert all(np.array_equal(np.asarray(a["x"] if isinstance(a, dict) else a), np.asarray(b["x"] if isinstance(b, dict) else b))
+                   for a, b in zip(old(), new()))  # the same values before timing
+        best = {"old": float("inf"), "new": float("inf")}
+        for _ in range(3):  # alternately, the best of three each
+            for which, fn in (("old", old), ("new", new)):
+                t = time.perf_counter()
+                fn()
+                best[which] = min(best[which], time.perf_counter() - t)
+        n = len(raws) if name == "leaf_json" else len(pngs)
+        rows.append(dict(what="decode", case=name, items=n, old_s=round(best["old"], 3), new_s=round(best["new"], 3),
+                         speedup=round(best["old"] / best["new"], 2), **machine()))
+        print(f"{name}: {n} items, old {best['old']:.3f} s, fedsim {best['new']:.3f} s: {best['old'] / best['new']:.2f}x", flush=True)
+    if save:
+        append("datasets_full_decode", rows, "Reading's hot loops: the old way and fedsim's, alternately in one process")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("generate", "first-round", "speed"))
+    ap.add_argument("what", choices=("generate", "first-round", "speed", "decode"))
+    ap.add_argument("--writers", type=int, default=100, help="decode: LEAF writers read")
     ap.add_argument("dir", type=Path)
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--images", type=int, default=10_000)
@@ -367,6 +420,8 @@ def main(argv=None) -> int:
         generate(a.dir, a.scale, a.images)
     elif a.what == "first-round":
         first_round(a.dir.resolve(), a.dataset, a.eval_clients, not a.no_save, a.start_only, a.train_loss)
+    elif a.what == "decode":
+        decode(a.dir.resolve(), a.writers, a.images, not a.no_save)
     else:
         speed(a.dir.resolve(), a.rounds, not a.no_save)
     return 0
