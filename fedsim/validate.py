@@ -12,6 +12,7 @@ import math
 import re
 from typing import Any, Collection
 
+from .distributions import dist_high, dist_low
 from .errors import ScenarioError
 from .limits import (
     MAX_CLIENTS, MAX_EPOCHS, MAX_INT, MAX_NAME_LENGTH, MAX_ROUNDS, MAX_SECONDS, MAX_SEED, MAX_SEEDS,
@@ -157,7 +158,6 @@ def check_paths(sc: Any) -> None:
 # --------------------------------------------------------------------------- numeric bounds
 def check_limits(sc: Any) -> None:
     """Check a validated Scenario's numbers against :mod:`fedsim.limits` (first problem wins)."""
-    from .scenario.distributions import dist_high  # fedsim.scenario imports this module
 
     _at_most("seed", sc.seed, MAX_SEED, low=0)
     if sc.data.seed is not None:
@@ -247,7 +247,6 @@ def check_clock(sc: Any, trace: Any = None) -> None:
     Otherwise only the bound of the shortest round known without them is checked (latencies and
     the fastest speed), and the run checks the rest when it builds its clock (before its folder)."""
     system, rnd = sc.system, sc.round
-    from .scenario.distributions import dist_high  # fedsim.scenario imports this module
 
     needs_cost = system.compute is not None or system.network is not None or bool(getattr(trace, "device", False))
     needs_sizes = rnd.local_epochs is not None and rnd.policy not in ("window", "deadline")
@@ -344,7 +343,6 @@ def _window_steps(sc: Any, rate: Any, step_cost: float = 1.0) -> float | None:
     """The most steps a window job can take: (W - 2 latency) x fastest ``rate`` (speed, or FLOP/s
     over ``step_cost`` FLOPs) / smallest slowdown; None when capped (window mode caps by
     max_local_steps and local_steps) or unbounded (lognormal, exponential: no largest value)."""
-    from .scenario.distributions import dist_high, dist_low  # fedsim.scenario imports this module
 
     system, rnd = sc.system, sc.round
     fastest, slow = dist_high(rate), 1.0 if system.slowdown is None else dist_low(system.slowdown)
@@ -357,7 +355,6 @@ def _window_steps(sc: Any, rate: Any, step_cost: float = 1.0) -> float | None:
 
 
 def _check_values(path: str, value: Any, low: float, high: float) -> None:
-    from .scenario.distributions import dist_high, dist_low  # fedsim.scenario imports this module
 
     kind = getattr(value, "dist", None)
     if kind == "lognormal":

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from fedsim.clock.policy import overcommit_size
-from fedsim.devices.overcommit import fedscale_overcommit_size
+from fedsim.clock.overcommit import fedscale_overcommit_size
 
 
 @pytest.mark.parametrize("k, factor, fedscale, fedsim", [
@@ -39,7 +39,7 @@ def test_devices_doc_states_the_fedscale_policies_and_counts(tmp_path):
 
     text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "devices.md").read_text().split())
     assert "no overcommitment policy" not in text and "a few hundred" not in text
-    assert "(`window`, `wait`, `deadline`, `overcommit`)" in text and "`fedsim.devices.overcommit.fedscale_overcommit_size`" in text
+    assert "(`window`, `wait`, `deadline`, `overcommit`)" in text and "`fedsim.clock.overcommit.fedscale_overcommit_size`" in text
     assert "K = 7, F = 1.3: 10 against 9" in text and overcommit_size(1.3, 7) == 10 and fedscale_overcommit_size(1.3, 7) == 9
     assert "`filter_less` argument (default 32)" in text and "about 2.7 KB more" in text
     (tmp_path / "t.csv").write_text("client,start,end,online,speed\n0,0,100,1,1\n1,0,100,1,2\n2,0,100,1,3\n")

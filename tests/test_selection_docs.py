@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from fedsim.scenario.pydantic_errors import nested_error
+from fedsim.section_errors import nested_error
 from fedsim.selection.fastest import Fastest, FastestSelection
 from fedsim.selection.oort import Oort, OortSelection
 from fedsim.selection.tiers import AdaptiveTiers, Tiers, TiersSelection

@@ -20,8 +20,8 @@ from ..clock import model as cm
 from ..clock.availability import AvailabilityModel, ToggleArrays
 from ..clock.keyed import keyed_exponential, keyed_uniform
 from ..limits import MAX_SECONDS, MIN_DIURNAL_LEVEL, MIN_DIURNAL_PERIOD
-from ..scenario.base import FieldError
-from ..scenario.distributions import Uniform
+from ..section import FieldError
+from ..distributions import Uniform
 from .section import AvailabilitySection
 
 __all__ = ["Diurnal", "DiurnalAvailability", "DiurnalStates", "DiurnalTimeline", "diurnal_phases"]

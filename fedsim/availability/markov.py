@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from ..clock.availability import AvailabilityModel, ToggleArrays
 from ..clock.keyed import keyed_exponential, keyed_uniform
 from ..limits import MAX_SECONDS
-from ..scenario.base import FieldError
+from ..section import FieldError
 from .section import AvailabilitySection
 
 __all__ = ["Markov", "MarkovAvailability", "MarkovTimeline", "MarkovStates"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..clock.availability import AvailabilityModel
-from ..scenario.base import Section
+from ..section import Section
 
 __all__ = ["AvailabilitySection"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from .general import general_tables
-from ..devices.overcommit import fedscale_overcommit_size
+from .overcommit import fedscale_overcommit_size
 from .heap import async_tables
 from .vectorised import window_tables
 from .vectorised_wait import prescribed_tables

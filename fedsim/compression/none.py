@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..scenario.base import FieldError
+from ..section import FieldError
 from .base import Compressor
 from .section import DOWNLINK, UPLINK, CompressionSection
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..scenario.base import FieldError, Section, registered
+from ..section import FieldError, Section, registered
 from .base import Compression, Compressor
 
 __all__ = ["CompressionSection", "compression_value", "check_payload", "UPLINK", "DOWNLINK"]
@@ -49,7 +49,7 @@ def compression_value(v: Any, path: str = UPLINK) -> CompressionSection | None:
     validated, its :meth:`~CompressionSection.compressor` built and its declared payload checked
     (:func:`check_payload`); the downlink takes no error feedback."""
     from ..registries import COMPRESSORS
-    from ..scenario.pydantic_errors import nested_error
+    from ..section_errors import nested_error
 
     if v is None or isinstance(v, CompressionSection):
         section = v

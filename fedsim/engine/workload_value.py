@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from ..models.make import make_model  # re-exported: the engine builds its workload with it
 from ..rng import stream
 from .palette import PaletteRows
 
@@ -168,51 +169,6 @@ def eval_sample(num_clients: int, clients: int | None, seed: int) -> np.ndarray 
     if k >= num_clients:
         return None
     return np.sort(stream(seed, "eval-clients").choice(num_clients, size=k, replace=False)).astype(np.int64)
-
-
-def make_model(sc, input_shape: tuple[int, ...], num_classes: int | None, model=None) -> torch.nn.Module:
-    """The run's freshly initialized model: ``model`` (a factory ``(input_shape, num_classes,
-    **options)``, or a module, deep-copied) when given from Python, else the factory registered as
-    ``model.name``; either gets ``model.options`` (an option the factory does not take: one line).
-    A factory that returns anything but an ``nn.Module``, one with more than
-    ``MAX_MODEL_PARAMETERS`` parameters, or one fedsim did not register that raises, is one line
-    naming it (exit 2)."""
-    import copy
-
-    from ..errors import ScenarioError
-    from ..factory_options import failure
-    from ..models import build_model, call_factory, check_size
-    from ..named_pieces import BUILTIN
-    from ..registries import MODELS
-
-    if model is None:
-        name = sc.model_name
-        what, path, who = f"model {name!r} (registered by {MODELS.registrant(name)})", "model.name", MODELS.registrant(name)
-
-        def build():
-            return build_model(name, input_shape, num_classes, **{"hidden": sc.model.hidden, **sc.model.options})
-    elif isinstance(model, torch.nn.Module):
-        return copy.deepcopy(model)
-    elif not callable(model):
-        raise ScenarioError(f"model: expected an nn.Module or a factory (input_shape, num_classes) -> nn.Module, "
-                            f"got {type(model).__name__}")
-    else:
-        what, path, who = "the model factory", "model", None
-
-        def build():
-            return check_size(call_factory(model, (tuple(input_shape), num_classes), dict(sc.model.options),
-                                           "the model factory", "model.options"), "the model factory", "model")
-    try:
-        module = build()
-    except ScenarioError:
-        raise
-    except (Exception, SystemExit) as err:  # noqa: BLE001 - a user's factory failing is one line naming it
-        if who == BUILTIN:
-            raise
-        raise ScenarioError(f"{path}: {what} raised {failure(err)}") from None
-    if not isinstance(module, torch.nn.Module):
-        raise ScenarioError(f"{path}: {what} returned {type(module).__name__}, not a torch.nn.Module")
-    return module
 
 
 def model_functions(module: torch.nn.Module, loss_fn=None):

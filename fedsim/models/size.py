@@ -40,7 +40,7 @@ def size_note(sc: Any, input_shape: tuple[int, ...], num_classes: int | None, mo
         return None
     if isinstance(model, torch.nn.Module):
         return None
-    from ..engine.workload_value import make_model
+    from .make import make_model
 
     c, h, w = (int(d) for d in input_shape)
     half = (c, h // 2, w // 2)

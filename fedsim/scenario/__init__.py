@@ -8,8 +8,9 @@ line naming the field path.
 
 One module per job (where a new key goes):
 
-- ``base.py``: the frozen base model (no true/false for numbers), ``FieldError``.
-- ``distributions.py``: ``{dist: ...}`` values.
+- ``base.py``: the frozen base model and ``FieldError``, kept here for plug-ins; they live in
+  :mod:`fedsim.section` (below every package whose sections subclass them).
+- ``distributions.py``: ``{dist: ...}`` values (re-exported from :mod:`fedsim.distributions`).
 - ``data.py``: ``data`` (and ``data.partition``) and ``model``; names checked against the registries.
 - ``system.py``: ``system`` (speed, compute, network, slowdown, latency, availability models, trace).
 - ``round.py``: ``round`` (policy, window, deadline, work, sampling, async concurrency / buffer).
@@ -20,7 +21,6 @@ One module per job (where a new key goes):
 - ``schema.py``: :class:`Scenario` (sections put together; derived ``data_seed``, ``model_name``).
 - ``checks.py``: cross-field rules of a whole scenario.
 - ``clock_values.py``: sections -> the clock's plain values (``SystemConfig.value``, ``RoundConfig.value``).
-- ``pydantic_errors.py``: pydantic errors -> one line naming the field.
 - ``loading.py``: YAML file -> raw mapping -> ``--set`` overrides -> Scenario; Scenario -> YAML.
 - ``variants.py``: ``variants:`` expansion.
 """

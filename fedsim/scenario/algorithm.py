@@ -7,7 +7,7 @@ from typing import Any, Literal, Mapping
 from pydantic import Field, ValidationError, field_validator
 
 from .. import registries
-from .base import Section, registered
+from ..section import Section, registered
 
 __all__ = ["AlgorithmConfig", "check_preset"]
 
@@ -95,7 +95,7 @@ def check_preset(preset: Any) -> None:
     they are registered is checked when a scenario uses the preset)."""
     from ..algorithms.presets import BASE
     from ..algorithms.spec import PART_KINDS
-    from .pydantic_errors import format_error
+    from ..section_errors import format_error
 
     if not isinstance(preset, Mapping):
         raise ValueError(f"a preset is a mapping of part keys to values, got {type(preset).__name__}")

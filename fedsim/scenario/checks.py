@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .base import FieldError
+from ..section import FieldError
 from .loss import DEFAULT_LOSS
 from .model_options import check_builtin_options, is_builtin
 

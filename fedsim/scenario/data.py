@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .. import registries
 from ..limits import MAX_MODEL_WIDTH
-from .base import FieldError, Section, registered
+from ..section import FieldError, Section, registered
 from .model_options import RESERVED
 
 class PartitionConfig(Section):

@@ -1,104 +1,11 @@
-"""Scenario distributions (``{dist: uniform | lognormal | randint | constant | exponential, ...}``).
-
-Each knows its clock value (``clock_value()``: the :mod:`fedsim.clock.model` distribution with
-``sample(rng)``), so a new distribution is one class here plus its clock value.
-"""
+"""The scenario's distributions, where they have been imported from; they live in
+:mod:`fedsim.distributions`, below every package whose sections use them."""
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any, Literal, Union
+from ..distributions import (
+    Constant, Dist, Exponential, IntDist, LogNormal, RandInt, Uniform, dist_bounds, dist_high, dist_low,
+)
 
-from pydantic import Field, model_validator
-
-from ..clock import model as cm
-from .base import Section
-
-
-class Uniform(Section):
-    """Continuous uniform on [low, high]."""
-
-    dist: Literal["uniform"]
-    low: float
-    high: float
-
-    def clock_value(self) -> cm.Uniform:
-        return cm.Uniform(self.low, self.high)
-
-    @model_validator(mode="after")
-    def _order(self):
-        if not self.low <= self.high:
-            raise ValueError("low must be <= high")
-        return self
-
-
-class LogNormal(Section):
-    """``median * exp(sigma * N(0, 1))``."""
-
-    dist: Literal["lognormal"]
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
-
-    def clock_value(self) -> cm.LogNormal:
-        return cm.LogNormal(self.median, self.sigma)
-
-
-class RandInt(Section):
-    """Integer uniform on {low, ..., high} (both inclusive)."""
-
-    dist: Literal["randint"]
-    low: int
-    high: int
-
-    def clock_value(self) -> cm.RandInt:
-        return cm.RandInt(self.low, self.high)
-
-    @model_validator(mode="after")
-    def _order(self):
-        if not self.low <= self.high:
-            raise ValueError("low must be <= high")
-        return self
-
-
-class Constant(Section):
-    dist: Literal["constant"]
-    value: float
-
-    def clock_value(self) -> cm.Constant:
-        return cm.Constant(self.value)
-
-
-class Exponential(Section):
-    """Exponential with the given mean."""
-
-    dist: Literal["exponential"]
-    mean: float = Field(gt=0)
-
-    def clock_value(self) -> cm.Exponential:
-        return cm.Exponential(self.mean)
-
-
-Dist = Annotated[Union[Uniform, LogNormal, RandInt, Constant, Exponential], Field(discriminator="dist")]
-IntDist = Annotated[Union[RandInt, Constant], Field(discriminator="dist")]
-
-
-def dist_bounds(d: Any) -> tuple[float, float]:
-    """(smallest, largest) value a number, per-client tuple or distribution takes (lognormal,
-    exponential: 0 and inf, neither reached)."""
-    if isinstance(d, tuple):
-        return min(d), max(d)
-    if isinstance(d, (Uniform, RandInt)):
-        return d.low, d.high
-    if isinstance(d, Constant):
-        return d.value, d.value
-    return (0.0, math.inf) if isinstance(d, (LogNormal, Exponential)) else (d, d)
-
-
-def dist_low(d: Any) -> float:
-    """Smallest value of :func:`dist_bounds`."""
-    return dist_bounds(d)[0]
-
-
-def dist_high(d: Any) -> float:
-    """Largest value of :func:`dist_bounds`."""
-    return dist_bounds(d)[1]
+__all__ = ["Constant", "Dist", "Exponential", "IntDist", "LogNormal", "RandInt", "Uniform", "dist_bounds", "dist_high",
+           "dist_low"]

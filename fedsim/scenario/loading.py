@@ -12,9 +12,9 @@ from ..errors import ScenarioError
 from ..limits import MAX_SCENARIO_BYTES, MAX_YAML_DEPTH
 from ..scenario_yaml import YamlInputError, load_yaml, read_regular_file
 from ..validate import check_limits, check_names, check_paths
-from .base import FieldError
+from ..section import FieldError
 from .loss import DEFAULT_LOSS
-from .pydantic_errors import format_error
+from ..section_errors import format_error
 from .schema import Scenario
 
 __all__ = ["parse_scenario", "apply_overrides", "set_dotted", "parse_value", "read_yaml", "load_scenario", "load_scenario_raw", "dump_scenario"]

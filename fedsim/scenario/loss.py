@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import field_validator
 
 from .. import registries
-from .base import Section, registered
+from ..section import Section, registered
 
 __all__ = ["LossConfig", "DEFAULT_LOSS"]
 

@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .base import FieldError, Section, registered
+from ..section import FieldError, Section, registered
 from .distributions import Constant, IntDist, dist_low
-from .pydantic_errors import nested_error
+from ..section_errors import nested_error
 
 #: Largest ``round.overcommit`` factor (FedScale's default is 1.3).
 MAX_OVERCOMMIT = 100.0

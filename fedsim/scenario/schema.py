@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ..validate import check_run_name
 from .algorithm import AlgorithmConfig
-from .base import Section
+from ..section import Section
 from .checks import algorithm_spec, check_scenario
 from .data import DataConfig, ModelConfig
 from .loss import LossConfig

@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from .base import _Boolean, FieldError, Section, _has_bool, registered
-from .pydantic_errors import nested_error
+from ..section import BoolGiven, FieldError, Section, has_bool, registered
+from ..section_errors import nested_error
 from .distributions import Constant, Dist, Exponential, LogNormal, RandInt, Uniform, dist_bounds, dist_low
 
 Interval = tuple[float, float]
@@ -46,8 +46,8 @@ def availability_value(v: Any) -> Any:
         except ValidationError as err:
             raise nested_error(err, "system.availability") from None
     if isinstance(v, (list, tuple)):
-        if _has_bool(v):
-            raise FieldError("system.availability", f"must not be true/false (got {_Boolean(v)!r})")
+        if has_bool(v):
+            raise FieldError("system.availability", f"must not be true/false (got {BoolGiven(v)!r})")
         try:
             intervals = _INTERVALS.validate_python(v)
         except ValidationError as err:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..scenario.base import Section
+from ..section import Section
 from ..clock.selection import SelectionRule
 
 __all__ = ["SelectionSection"]

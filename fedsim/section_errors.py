@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .base import _Boolean, FieldError
+from .section import BoolGiven, FieldError
 
 __all__ = ["format_error", "nested_error"]
 
@@ -32,7 +32,7 @@ def _parts(err: ValidationError) -> tuple[str, str, bool]:
     ctx = e.get("ctx") or {}
     if isinstance(ctx.get("error"), FieldError):
         return ctx["error"].path, ctx["error"].msg, True
-    if isinstance(e.get("input"), _Boolean):
+    if isinstance(e.get("input"), BoolGiven):
         msg = f"must not be true/false (got {e['input']!r})"  # YAML 1.2 spelling, e.g. [1, true]
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
