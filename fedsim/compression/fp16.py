@@ -1,7 +1,13 @@
 """Half precision: each entry rounded to IEEE float16 (``algorithm.compression: {name: fp16}``).
 
-    C(v)_j = fp16(v_j)            round to nearest, ties to even; |v_j| > 65504 becomes +-inf
+    C(v)_j = fp16(v_j)            round to nearest, ties to even; |v_j| >= 65520 becomes +-inf
     payload: 2 n bytes
+
+Each entry is rounded once, from the update's own dtype: a float64 entry goes to float32 rounded
+to odd (truncated, its last bit set when the truncation was inexact), then to float16 to nearest;
+float32 keeps 13 bits more than float16, so that second rounding is the nearest half of the
+float64 value itself (Boldo and Melquiond, "When double rounding is odd", 2005). Going through
+float32 to nearest instead rounds twice (65519.999999999 would become inf, not 65504).
 
 With error feedback the residual u - fp16(u) is exact (u and fp16(u) are within a factor 2 of each
 other, Sterbenz's lemma; entries that round to 0 leave u itself), as long as no entry overflows.
@@ -10,24 +16,43 @@ other, Sterbenz's lemma; entries that round to 0 leave u itself), as long as no 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .base import Compressor
 from .section import CompressionSection
 
-__all__ = ["Half", "FP16Section"]
+__all__ = ["Half", "FP16Section", "to_half"]
+
+
+def to_half(rows):
+    """``rows`` rounded to float16 once (to nearest, ties to even), as a float16 tensor."""
+    import torch
+
+    if rows.dtype != torch.float64:  # float32, bfloat16, float16: torch's conversion is one rounding
+        return rows.to(torch.float16, copy=True)
+    f = rows.to(torch.float32)
+    inexact = (f.to(torch.float64) != rows) & ~rows.isnan()
+    if bool(inexact.any()):
+        # round to odd: the float32 next to the value toward zero, its last significand bit set
+        over = f.abs().to(torch.float64) > rows.abs()
+        toward_zero = torch.where(over, torch.nextafter(f, torch.zeros_like(f)), f)
+        odd = (toward_zero.view(torch.int32) | 1).view(torch.float32)
+        f = torch.where(inexact, odd, f)
+    return f.to(torch.float16)
 
 
 @dataclass(frozen=True)
 class Half(Compressor):
-    """Round every entry to float16 and back to the update's dtype."""
+    """Round every entry to float16 (once) and back to the update's dtype."""
+
+    #: finite entries of magnitude >= 65520 become +-inf (IEEE overflow), not an error
+    overflows: ClassVar[bool] = True
 
     def payload_bytes(self, num_params: int, dtype_bytes: int) -> float:
         return float(2 * num_params)
 
     def compress_rows(self, rows, gens):
-        import torch
-
-        return rows.to(torch.float16, copy=True).to(rows.dtype)
+        return to_half(rows).to(rows.dtype)
 
 
 class FP16Section(CompressionSection):
