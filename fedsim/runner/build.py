@@ -103,7 +103,8 @@ def wire_of(sc: Scenario) -> Wire | None:
     up, down = sc.algorithm.compression, sc.algorithm.downlink_compression
     if up is None and down is None:
         return None
-    return Wire(None if up is None else up.value(), None if down is None else down.compressor(), sc.seed)
+    return Wire(None if up is None else up.value(), None if down is None else down.compressor(), sc.seed,
+                None if down is None else down.name)
 
 
 def check_compressors(sc: Scenario, params) -> None:
