@@ -237,7 +237,7 @@ def check_compression(compressor: Compressor, params: Mapping[str, torch.Tensor]
     included), writes its input, returns another shape, dtype or device, returns NaN or an
     infinity (an infinity is allowed to a compressor that ``overflows``), or mixes rows: a row
     compressed alone (with its own generator) differs from the same row compressed beside the
-    other in more than n // 10,000 entries, by more than 1e-3 of the row's largest magnitude.
+    other in more than n // 10,000 entries by more than 1e-3 of the largest magnitude of either.
     Called when a run is built, before its folder is touched."""
     name = name or type(compressor).__name__
     try:
