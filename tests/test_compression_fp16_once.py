@@ -1,7 +1,9 @@
 """fp16 of a float64 update rounds once (issue 38 defect 2): each entry is the float16 nearest to
-the float64 value itself (ties to even), not to its float32 rounding. References: numpy's
-float64 -> float16 cast (one rounding, ``npy_double_to_half``) on 200,005 random values, and an
-exact rational rounding of hand-picked edge cases."""
+the float64 value itself (ties to even), not to its float32 rounding. fedsim rounds a CPU tensor
+with numpy's float64 -> float16 cast and a tensor on another device by rounding to odd in torch
+(run here on the CPU). References: an exact rational rounding (edge cases and 3,000 random
+values, both paths) and numpy's cast (one rounding, ``npy_double_to_half``) for the torch path on
+200,005 random values."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import warnings
 from fractions import Fraction
 
 import numpy as np
+import pytest
 import torch
 
-from fedsim.compression.fp16 import Half
+from fedsim.compression.fp16 import Half, to_half_by_odd_rounding
 
 MAX_HALF = 65504
 
@@ -42,9 +45,26 @@ EDGES = [65519.999999999, -65519.999999999, 65520.0, 65504.0, 65519.0, 65536.0,
          2**-14 * (1 + 2**-11), 2**-14 * (1 + 2**-11) + 2**-60, 1e-300, 1e300, -1e300, 0.0, -0.0]
 
 
-def test_edge_cases_are_the_nearest_half_computed_exactly():
+def _random(n, seed):
+    g = np.random.default_rng(seed)
+    return g.standard_normal(n) * np.exp(g.uniform(-25, 12, n))
+
+
+PATHS = {"cpu (numpy)": lambda v: Half().compress_rows(v, None),
+         "other devices (odd rounding)": lambda v: to_half_by_odd_rounding(v).to(torch.float64)}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_random_values_are_the_nearest_half_computed_exactly(path):
+    v = np.concatenate([_random(2_000, 5), np.nextafter(65520.0, 0) - np.arange(1000) * 1e-9])
+    out = PATHS[path](torch.from_numpy(v)[None])[0].tolist()
+    assert out == [nearest_half(x) for x in v.tolist()]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_edge_cases_are_the_nearest_half_computed_exactly(path):
     v = torch.tensor(EDGES, dtype=torch.float64)
-    out = Half().compress_rows(v[None], None)[0].tolist()
+    out = PATHS[path](v[None])[0].tolist()
     want = [nearest_half(x) for x in EDGES]
     assert out == want
     assert out[0] == MAX_HALF and out[1] == -MAX_HALF  # the docs' promise: magnitudes below 65520 stay finite
@@ -52,15 +72,15 @@ def test_edge_cases_are_the_nearest_half_computed_exactly():
 
 
 def test_200005_random_float64_values_round_once_as_numpy_does():
-    g = np.random.default_rng(38)
-    v = np.concatenate([g.standard_normal(200_000) * np.exp(g.uniform(-25, 12, 200_000)),
+    v = np.concatenate([_random(200_000, 38),
                         [65519.999999999, -65519.999999999, 1 + 2**-11 + 2**-40, 2**-25 + 2**-70, 70000.0]])
     assert len(v) == 200_005
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # numpy warns when a cast overflows to inf
         want = v.astype(np.float16).astype(np.float64)
-    out = Half().compress_rows(torch.from_numpy(v).reshape(5, -1), None).reshape(-1).numpy()
-    assert np.array_equal(out, want)
+    for path in PATHS.values():
+        out = path(torch.from_numpy(v).reshape(5, -1)).reshape(-1).numpy()
+        assert np.array_equal(out, want)
     # the same values through float32 first disagree: the double rounding this replaces
     twice = torch.from_numpy(v).to(torch.float32).to(torch.float16).to(torch.float64).numpy()
     assert (twice != want).sum() > 0

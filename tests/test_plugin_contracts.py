@@ -139,7 +139,8 @@ def test_a_payload_above_the_system_payload_bound_is_refused_in_one_line(huge):
 
 
 def test_a_payload_above_the_bound_for_the_models_own_size_is_refused_when_the_run_is_built():
-    with pytest.raises(ScenarioError, match="compressor 'mine': payload_bytes\\(610, 4\\) = 2000000000000000.0; must be at most"):
+    with pytest.raises(ScenarioError, match=r"compressor 'mine': payload_bytes\(610, 4\) = 2000000000000000.0; "
+                                            "must be at most"):
         check_compression(Declares(2e15, only_n=610), {"x": torch.zeros(610)}, name="mine")
 
 
@@ -312,7 +313,8 @@ def test_a_rule_cannot_write_the_logged_observations():
     z = np.zeros(1)
     obs = Observations(0, 1.0, np.array([0]), np.array([0]), np.array(["completed"]), np.array([2]), z + 0.1, z + 0.5,
                        z + 0.1, np.array([1.25]), np.array([3.0]), np.array([8]))
-    with pytest.raises(SelectionError, match="vandal.observe\\(\\) failed: ValueError: assignment destination is read-only"):
+    with pytest.raises(SelectionError, match=r"vandal.observe\(\) failed: ValueError: assignment destination "
+                                             "is read-only"):
         sel.observe(obs)
     assert obs.loss.tolist() == [1.25] and obs.loss.flags.writeable  # the log keeps what the server learned
 

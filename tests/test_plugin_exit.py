@@ -125,8 +125,8 @@ def _unlocked(out: Path) -> bool:
     ("exit3", "algorithm.compression.name=quit_comp", 1,
      "fedsim: error: PartError: algorithm.compression: compressor 'quit_comp': compress_rows failed: SystemExit: 3"),
     ("nan", "algorithm.compression.name=quit_comp", 1,
-     "fedsim: error: PartError: algorithm.compression: compressor 'quit_comp': compress_rows returned NaN for client 0's "
-     "update (job key 0), which was finite"),
+     "fedsim: error: PartError: algorithm.compression: compressor 'quit_comp': compress_rows returned NaN for "
+     "client 0's update (job key 0), which was finite"),
     ("exit0", "loss.name=quit_loss", 1, "fedsim: error: PartError: loss 'quit_loss': raised SystemExit: 0"),
     ("exit0", "round.selection.name=quit_rule", 2, "round.selection: quit_rule.select() failed: SystemExit: 0"),
 ], ids=["compressor-exit0", "compressor-exit3", "compressor-nan", "loss-exit0", "selection-exit0"])

@@ -104,9 +104,9 @@ class Picked:
             scales the step by s. :func:`normalized_weights` (p_i over the picked, summing to 1) is
             the usual choice; ``uniform``'s ``unbiased`` weights p_i m / (q P_avail) sum to at most
             m / q. :func:`check_picked` refuses weights summing to 0 where the picked hold data
-            (p_i > 0; the round would not move the model) and weights summing to more than candidates / picked (more than unbiased
-            uniform weights can sum to: weights of 1 each, meant as relative shares, take a step of
-            q times the size).
+            (p_i > 0; the round would not move the model) and weights summing to more than
+            candidates / picked (more than unbiased uniform weights can sum to: weights of 1
+            each, meant as relative shares, would take a step q times the size).
 
     Construct it as ``Picked(clients, counts, weights)`` (three arrays, one entry per picked
     client) or with :meth:`of`.
