@@ -140,7 +140,7 @@ class Selector:
             return getattr(self.rule, method)(*args)
         except ScenarioError:
             raise
-        except (Exception, SystemExit) as err:  # noqa: BLE001 -- a rule's own failure (sys.exit too): one line naming it
+        except (Exception, SystemExit) as err:  # noqa: BLE001 -- a rule failing (sys.exit too): one line naming it
             msg = str(err).splitlines()[0] if str(err) else ""
             raise SelectionError(f"round.selection: {self.name}.{method}() failed: {type(err).__name__}"
                                  f"{': ' + msg[:200] if msg else ''}") from None
