@@ -14,7 +14,7 @@ __all__ = [
     "MIN_DIURNAL_PERIOD", "MIN_DIURNAL_LEVEL", "MAX_TRACE_BYTES", "MAX_TRACE_ROWS", "MAX_PART_ROWS", "MAX_DPI",
     "MAX_CORE_WAIT_S", "MAX_LEAF_FILE_BYTES", "MAX_JSON_VALUE_BYTES", "MAX_JSON_DEPTH", "MAX_MAPPING_BYTES",
     "MAX_DATA_ROWS", "MAX_LINE_BYTES", "MAX_SAMPLE_BYTES", "MAX_IMAGE_PIXELS", "MAX_DECODED_BYTES",
-    "MAX_TEST_BYTES",
+    "MAX_TEST_BYTES", "MAX_PAYLOAD_BYTES",
     "MAX_MODEL_PARAMETERS", "MAX_MODEL_WIDTH", "MAX_MODEL_LAYERS", "MAX_EVAL_BYTES",
 ]
 
@@ -51,6 +51,8 @@ MAX_SECONDS = 1e9
 MAX_STEPS_PER_JOB = 10**7
 #: Most local epochs per job.
 MAX_EPOCHS = 10**4
+#: Most bytes of one transfer: `system.payload_bytes`, and a compressor's declared payload.
+MAX_PAYLOAD_BYTES = 10**15
 #: Most seeds one ``compare`` may run.
 MAX_SEEDS = 10_000
 #: Most runs (cells x seeds) one ``compare`` may plan; counted before any cell is built.

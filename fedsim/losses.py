@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-__all__ = ["cross_entropy", "scenario_loss"]
+__all__ = ["cross_entropy", "scenario_loss", "NamedLoss"]
 
 
 def cross_entropy(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -31,3 +31,21 @@ def scenario_loss(sc: Any) -> Callable | None:
 
     loss = LOSSES.get(sc.loss.name)
     return None if loss is cross_entropy else loss
+
+
+class NamedLoss:
+    """A user's loss that, failing, says which it is: whatever ``fn`` raises (``sys.exit``
+    included; not KeyboardInterrupt) becomes a one-line :class:`fedsim.errors.PartError`
+    ``loss 'NAME': raised Type: message`` (a run that fails mid-way exits 1 naming it)."""
+
+    def __init__(self, fn: Callable, label: str):
+        self.fn, self.label = fn, label
+
+    def __call__(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        try:
+            return self.fn(outputs, targets)
+        except (Exception, SystemExit) as err:  # noqa: BLE001 -- a user's loss: one line naming it
+            from .errors import PartError
+            from .factory_options import failure
+
+            raise PartError(f"{self.label}: raised {failure(err)}") from err

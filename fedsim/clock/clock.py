@@ -362,7 +362,8 @@ class Schedule:
 
     def __init__(self, clock: Clock, *, tables: bool = False, log: list | None = None):
         self.clock, self._tables = clock, bool(tables)
-        self.selector = Selector(clock.rule.selection, clock.num_clients, clock.p, clock.seed, clock.checkin)
+        self.selector = Selector(clock.rule.selection, clock.num_clients, clock.p, clock.seed, clock.checkin,
+                                 name=clock.rule.selection_name)
         self._feedback = bool(clock.rule.selection.uses_feedback)
         self._sim = None
         if clock.fast and log is None:

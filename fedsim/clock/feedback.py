@@ -10,7 +10,7 @@ A rule that raises or answers out of its contract stops the run with one line
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -22,6 +22,12 @@ from .selection import Observations, Picked, Request, SelectionRule, check_picke
 __all__ = ["Reported", "Selector", "SelectionError", "observations"]
 
 _OFFLINE, _COMPLETED = STATUSES.index("offline"), STATUSES.index("completed")
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """``a``, made read-only in place (numpy's ``flags.writeable = False``)."""
+    a.flags.writeable = False
+    return a
 
 
 class SelectionError(ScenarioError):
@@ -86,12 +92,22 @@ class Selector:
         rule: the :class:`~fedsim.clock.selection.SelectionRule`.
         num_clients, p, seed: the population and the scenario seed (the rule's ``init``).
         checkin: async populations large enough for keyed check-in draws.
+        name: the name the rule was registered under (``round.selection.name``), which its errors
+            give; None: the rule's ``name`` attribute, else its class name.
+
+    The rule is handed read-only arrays (numpy ``flags.writeable`` False): ``p`` is a copy of the
+    clock's, ``Request.online()`` a copy of the candidates, and each
+    :class:`~fedsim.clock.selection.Observations` holds read-only views of the arrays logged for
+    resume, so a rule that writes into them raises (``ValueError: assignment destination is
+    read-only``) instead of changing fedsim's data weights or its log.
     """
 
-    def __init__(self, rule: SelectionRule, num_clients: int, p: np.ndarray, seed: int, checkin: bool = False):
-        self.rule, self.m, self.p, self.checkin = rule, int(num_clients), p, bool(checkin)
-        self.name = getattr(rule, "name", None) or type(rule).__name__
-        self.state = self._call("init", self.m, p, int(seed))
+    def __init__(self, rule: SelectionRule, num_clients: int, p: np.ndarray, seed: int, checkin: bool = False,
+                 *, name: str | None = None):
+        self.rule, self.m, self.checkin = rule, int(num_clients), bool(checkin)
+        self.p = _read_only(np.array(p, dtype=np.float64))
+        self.name = name or getattr(rule, "name", None) or type(rule).__name__
+        self.state = self._call("init", self.m, self.p, int(seed))
         #: every Observations fed so far (rules that read them): a resumed run replays this log
         self.log: list[Observations] = []
 
@@ -114,7 +130,9 @@ class Selector:
         """Feed the server's observations of one plan to the rule."""
         if not self.rule.uses_feedback:
             return
-        self.state = self._call("observe", self.state, obs)
+        views = {f.name: _read_only(getattr(obs, f.name).view()) for f in fields(obs)
+                 if isinstance(getattr(obs, f.name), np.ndarray)}
+        self.state = self._call("observe", self.state, replace(obs, **views))
         self.log.append(obs)
 
     def _call(self, method: str, *args):
@@ -122,7 +140,7 @@ class Selector:
             return getattr(self.rule, method)(*args)
         except ScenarioError:
             raise
-        except Exception as err:  # noqa: BLE001 -- a rule's own failure: one line naming it
+        except (Exception, SystemExit) as err:  # noqa: BLE001 -- a rule failing (sys.exit too): one line naming it
             msg = str(err).splitlines()[0] if str(err) else ""
             raise SelectionError(f"round.selection: {self.name}.{method}() failed: {type(err).__name__}"
                                  f"{': ' + msg[:200] if msg else ''}") from None

@@ -218,6 +218,9 @@ class RoundRule:
     on_deadline: Literal["drop", "partial"] = "drop"
     #: async: each job computes for this many seconds (tau_i from the device), no prescribed work
     local_time: float | None = None
+    #: the name ``selection`` was registered under (``round.selection.name``), for its errors;
+    #: None: the rule's ``name`` attribute, else its class name
+    selection_name: str | None = None
 
 
 # --------------------------------------------------------------------------- clients and work

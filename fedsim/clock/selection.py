@@ -73,11 +73,12 @@ class Request:
     _is_online: Callable[[np.ndarray], np.ndarray] | None = field(default=None, repr=False)
 
     def online(self) -> np.ndarray:
-        """The candidates: clients online at the pick and not busy, sorted (int64). Computed on
-        first call (it may cost O(population))."""
+        """The candidates: clients online at the pick and not busy, sorted (int64, read-only).
+        Computed on first call (it may cost O(population))."""
         cached = self.__dict__.get("_cache")
         if cached is None:
-            cached = np.asarray(self._online(), dtype=np.int64)
+            cached = np.array(self._online(), dtype=np.int64)  # a copy: the rule cannot write the clock's
+            cached.flags.writeable = False
             object.__setattr__(self, "_cache", cached)
         return cached
 
@@ -96,9 +97,19 @@ class Picked:
         clients: sorted, distinct client ids among ``Request.online()`` (int64).
         counts: how many times each was drawn (sampling with replacement: one job, count k);
             ones otherwise.
-        weights: the raw aggregation weights of the picked clients (float64; sync only: the
-            engine redistributes the weights of those that do not report over those that do,
-            docs/algorithms.md). :func:`normalized_weights` is the usual choice.
+        weights: each picked client's share of the server step (float64; sync only): the round
+            aggregates x + sum_i w_i Delta_i (FedNova: its normalised changes), after the weights
+            of those that do not report are redistributed over those that do, in proportion
+            (docs/algorithms.md). Weights summing to 1 make a step of FedAvg's size; a sum of s
+            scales the step by s. :func:`normalized_weights` (p_i over the picked, summing to 1) is
+            the usual choice; ``uniform``'s ``unbiased`` weights p_i m / (q P_avail) sum to at most
+            m / q. :func:`check_picked` refuses weights summing to 0 where the picked hold data
+            (p_i > 0; the round would not move the model) and weights summing to more than
+            candidates / picked (more than unbiased uniform weights can sum to: weights of 1
+            each, meant as relative shares, would take a step q times the size).
+
+    Construct it as ``Picked(clients, counts, weights)`` (three arrays, one entry per picked
+    client) or with :meth:`of`.
     """
 
     clients: np.ndarray
@@ -107,9 +118,21 @@ class Picked:
 
     @classmethod
     def of(cls, clients: np.ndarray, p: np.ndarray) -> "Picked":
-        """``clients`` (sorted) with count 1 and :func:`normalized_weights`."""
-        clients = np.asarray(clients, dtype=np.int64)
+        """``clients`` (sorted integer ids: an integer array or a list of ints) with count 1 and
+        :func:`normalized_weights`; ``ValueError`` for ids that are not integers (a float array,
+        even of whole numbers, is refused, as :func:`check_picked` refuses it)."""
+        raw = np.asarray(clients)
+        if raw.size and not np.issubdtype(raw.dtype, np.integer):
+            raise ValueError(f"Picked.of: client ids must be integers, got dtype {raw.dtype} "
+                             f"({_first(raw)})")
+        clients = raw.astype(np.int64)
         return cls(clients, np.ones(len(clients), dtype=np.int64), normalized_weights(p, clients))
+
+
+def _first(a: np.ndarray, n: int = 4) -> str:
+    """The first ``n`` entries of ``a``, for a message."""
+    flat = a.reshape(-1)[:n].tolist()
+    return ", ".join(map(repr, flat)) + (", ..." if a.size > n else "")
 
 
 def normalized_weights(p: np.ndarray, clients: np.ndarray) -> np.ndarray:
@@ -199,7 +222,8 @@ def check_picked(picked: Any, request: Request, name: str) -> Picked:
     """``picked`` if it is a valid answer to ``request``, else ``ValueError`` (one line naming the
     rule): distinct sorted integer ids among the candidates, counts >= 1 summing to exactly
     min(k, candidates) (every candidate once when k is None), finite weights >= 0, one count and
-    one weight per client."""
+    one weight per client; in a synchronous pick the weights sum to at most candidates / picked,
+    and to more than 0 unless every picked p_i is 0 (see :class:`Picked`)."""
     where = f"selection {name!r}"
     if not isinstance(picked, Picked):
         raise ValueError(f"{where}: select() must return (state, Picked), got {type(picked).__name__}")
@@ -233,6 +257,16 @@ def check_picked(picked: Any, request: Request, name: str) -> Picked:
         want = len(request.online()) if request.k is None else min(request.k, len(request.online()))
         if drawn != want:
             raise ValueError(f"{where}: picked {drawn} clients; {want} were asked for and online")
+    if not request.is_async and c.size:  # async: a job's weight is p_i, these are not used
+        total = float(weights.sum())
+        most = len(request.online()) / drawn
+        if total <= 0 and float(np.asarray(request.p, dtype=np.float64)[c].sum()) > 0:
+            raise ValueError(f"{where}: weights sum to 0, so the round would not move the model (a weight is "
+                             "the client's share of the step; Picked.of gives p_i over the picked)")
+        if total > most * (1 + 1e-9):
+            raise ValueError(f"{where}: weights sum to {total:.6g}, more than {most:.6g} (candidates / picked, "
+                             "the most unbiased uniform weights sum to): a weight is the client's share of the "
+                             "step, not a relative score (Picked.of gives p_i over the picked, summing to 1)")
     return Picked(c, counts.astype(np.int64), weights)
 
 

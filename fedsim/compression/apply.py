@@ -25,7 +25,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from ..errors import ScenarioError
+from ..errors import PartError, ScenarioError
+from ..factory_options import failure
 from ..rng import seed_int
 from .base import Compression, Compressor, flatten, unflatten
 from .section import DOWNLINK, UPLINK, check_payload
@@ -83,8 +84,9 @@ def compress_cohort(
     rows = flatten(deltas)
     if rows.shape[0] != c:
         raise ValueError(f"compress_cohort: {rows.shape[0]} rows for {c} clients")
+    name = comp.name or type(comp.compressor).__name__
     if not comp.error_feedback:
-        out = _rows(comp.compressor, rows, clients, keys, seed)
+        out = _rows(comp.compressor, rows, clients, keys, seed, name=name)
         return unflatten(out, deltas), residuals
     spans = _spans(deltas)
     passes = _passes(clients)  # one in sync; a client twice (async) is compressed in row order
@@ -96,7 +98,7 @@ def compress_cohort(
             if e is not None:
                 for k, (a, b, _) in spans.items():
                     u[j, a:b] += e[k].reshape(-1).to(device=u.device, dtype=u.dtype)
-        applied = _rows(comp.compressor, u, [clients[i] for i in idx], [keys[i] for i in idx], seed)
+        applied = _rows(comp.compressor, u, [clients[i] for i in idx], [keys[i] for i in idx], seed, name=name)
         rest = u.sub_(applied)  # e_i' = u_i - C(u_i), in place: u is not needed any more
         for j, i in enumerate(idx):  # each residual its own storage (a view would hold the cohort's)
             residuals[clients[i]] = {k: rest[j, a:b].view(shape).clone() for k, (a, b, shape) in spans.items()}
@@ -132,21 +134,68 @@ def _passes(clients: Sequence[int]) -> list[list[int]]:
 
 
 def _rows(compressor: Compressor, rows: torch.Tensor, clients: Sequence[int], keys: Sequence[int], seed: int,
-          purpose: str = UP) -> torch.Tensor:
-    gens = generators(seed, purpose, [(int(i), int(k)) for i, k in zip(clients, keys)], rows.device) \
-        if compressor.random else None
-    return compressor.compress_rows(rows, gens)
+          purpose: str = UP, *, name: str | None = None,
+          gen_keys: Sequence[tuple[int, ...]] | None = None) -> torch.Tensor:
+    """``compressor.compress_rows`` on ``rows`` (row i: ``clients[i]``'s job ``keys[i]``), checked:
+    whatever it raises (``sys.exit`` included; not KeyboardInterrupt) and a non-finite result where
+    the row was finite are a one-line :class:`PartError` naming the compressor (``name``) and its
+    link. ``gen_keys``: the random streams' keys (default: ``(client, key)`` per row). A result
+    that is ``rows`` itself or a view of it is copied: error feedback subtracts it from ``rows`` in
+    place (e' = u - C(u)), which would otherwise zero what the server receives."""
+    name = name or type(compressor).__name__
+    path = UPLINK if purpose == UP else DOWNLINK
+    if gen_keys is None:
+        gen_keys = [(int(i), int(k)) for i, k in zip(clients, keys)]
+    gens = generators(seed, purpose, gen_keys, rows.device) if compressor.random else None
+    try:
+        out = compressor.compress_rows(rows, gens)
+    except (Exception, SystemExit) as err:  # noqa: BLE001 -- a user's compressor mid-run: one line naming it
+        raise PartError(f"{path}: compressor {name!r}: compress_rows failed: {failure(err)}") from err
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(rows.shape) or out.dtype != rows.dtype:
+        got = f"{tuple(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+        raise PartError(f"{path}: compressor {name!r}: compress_rows returned {got} for rows "
+                        f"{tuple(rows.shape)} {rows.dtype}")
+    if _shares_memory(out, rows):
+        out = out.clone()
+    _check_finite(rows, out, compressor, name, path, clients, keys)
+    return out
 
 
-def compress_model(compressor: Compressor, params: Tensors, *, seed: int, version: int) -> Tensors:
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` are views of one storage."""
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _check_finite(rows: torch.Tensor, out: torch.Tensor, compressor: Compressor, name: str, path: str,
+                  clients: Sequence[int], keys: Sequence[int]) -> None:
+    """A :class:`PartError` when a finite row of ``rows`` came out with a NaN (or an infinity,
+    unless the compressor ``overflows``): the compressor's fault, not the model diverging. One
+    pass when every row sums to a finite number (then every entry is finite)."""
+    if bool(out.sum(1).isfinite().all()):
+        return
+    bad = out.isnan().any(1) if compressor.overflows else ~out.isfinite().all(1)
+    if not bool(bad.any()):
+        return
+    culprits = (bad & rows.isfinite().all(1)).nonzero()
+    if len(culprits):
+        i = int(culprits[0, 0])
+        what = "NaN" if bool(out[i].isnan().any()) else "an infinity"
+        whose = (f"the broadcast of model version {int(keys[i])}" if path == DOWNLINK
+                 else f"client {int(clients[i])}'s update (job key {int(keys[i])})")
+        raise PartError(f"{path}: compressor {name!r}: compress_rows returned {what} for {whose}, which was "
+                        "finite; its output must be finite where its input is")
+
+
+def compress_model(compressor: Compressor, params: Tensors, *, seed: int, version: int,
+                   name: str | None = None) -> Tensors:
     """The broadcast of model version ``version``: C(x) of the whole flattened model ``params``
     (unstacked: ``{name: parameter}``), its randomness keyed ``(seed, "compress-down", version)``,
     the same for every client that downloads that version."""
     if compressor.lossless:
         return dict(params)
     stacked = {k: v.unsqueeze(0) for k, v in params.items()}
-    gens = generators(seed, DOWN, [(int(version),)], next(iter(params.values())).device) if compressor.random else None
-    out = unflatten(compressor.compress_rows(flatten(stacked), gens), stacked)
+    out = unflatten(_rows(compressor, flatten(stacked), [-1], [version], seed, DOWN, name=name,
+                           gen_keys=[(int(version),)]), stacked)
     return {k: v[0] for k, v in out.items()}
 
 
@@ -185,10 +234,16 @@ def _declared(compressor: Compressor, n: int, b: int, path: str, name: str | Non
 def check_compression(compressor: Compressor, params: Mapping[str, torch.Tensor], path: str = UPLINK,
                       name: str | None = None) -> None:
     """Refuse, with one line naming ``path`` (:class:`ScenarioError`), a compressor that cannot
-    serve this model: its payload for the model's (n, b) is not a finite number >= 0, or its
-    transform on a probe (two rows of the model's shape, dtype and device, values from a fixed
-    generator) fails, writes its input, or returns another shape, dtype or device. Called when a
-    run is built, before its folder is touched."""
+    serve this model: its payload for the model's (n, b) is not a number of bytes in [0,
+    ``MAX_PAYLOAD_BYTES``], or its transform on a probe (two rows of the model's n, dtype and
+    device: row 0 standard normal, row 1 64 times another, from a fixed generator) raises (``sys.exit``
+    included), writes its input, returns another shape, dtype or device, returns NaN or an
+    infinity (an infinity is allowed to a compressor that ``overflows``), or mixes rows: a row
+    compressed alone (with its own generator) differs from the same row compressed beside the
+    other in more than n // 10,000 entries (2 more for a ``random`` one: a reduction summed in
+    another order may move a random rounding's threshold by a last bit) by more than 1e-3 of the
+    largest magnitude of either.
+    Called when a run is built, before its folder is touched."""
     name = name or type(compressor).__name__
     try:
         n, b = payload_of(params)
@@ -199,13 +254,10 @@ def check_compression(compressor: Compressor, params: Mapping[str, torch.Tensor]
     g = torch.Generator(device=t0.device)
     g.manual_seed(0)
     probe = torch.randn((2, n), generator=g, dtype=t0.dtype, device=t0.device)
+    probe[1] *= 64  # a row of another scale: one scale or one top-k shared by the rows shows
     before = probe.clone()
-    try:
-        out = compressor.compress_rows(probe, generators(0, UP, [(0, 0), (1, 0)], t0.device) if compressor.random else None)
-    except Exception as err:  # noqa: BLE001 -- a user's compressor: one line naming it
-        msg = str(err).splitlines()[0] if str(err) else ""
-        raise ScenarioError(f"{path}: compressor {name!r}: compress_rows failed on a probe update: "
-                            f"{type(err).__name__}{': ' + msg if msg else ''}") from None
+    keys = [(0, 0), (1, 0)]
+    out = _probe(compressor, probe, keys, path, name)
     if not torch.equal(probe, before):
         raise ScenarioError(f"{path}: compressor {name!r}: compress_rows wrote into its input")
     if not isinstance(out, torch.Tensor):
@@ -215,6 +267,32 @@ def check_compression(compressor: Compressor, params: Mapping[str, torch.Tensor]
         if got != want:
             raise ScenarioError(f"{path}: compressor {name!r}: compress_rows changed the update's {what} "
                                 f"({_show(want)} -> {_show(got)})")
+    bad = out.isnan() if compressor.overflows else ~out.isfinite()
+    if bool(bad.any()):
+        what = "NaN" if bool(out.isnan().any()) else "an infinity"
+        raise ScenarioError(f"{path}: compressor {name!r}: compress_rows returned {what} for a finite probe update")
+    for row in (0, 1):
+        alone = _probe(compressor, probe[row : row + 1].clone(), keys[row : row + 1], path, name)
+        if not (isinstance(alone, torch.Tensor) and tuple(alone.shape) == (1, n)):
+            raise ScenarioError(f"{path}: compressor {name!r}: compress_rows changed the update's shape "
+                                f"({_show((1, n))} -> {_show(tuple(getattr(alone, 'shape', ())))})")
+        a, c = alone[0].to(torch.float64), out[row].to(torch.float64)
+        scale = max(float(a.abs().max()), float(c.abs().max()), float(torch.finfo(probe.dtype).tiny))
+        differ = int(((a - c).abs() > 1e-3 * scale).sum()) if bool(a.isfinite().all() and c.isfinite().all()) \
+            else int((a != c).sum())
+        if differ > n // 10_000 + (2 if compressor.random else 0):  # a random rounding may flip on a last bit
+            raise ScenarioError(f"{path}: compressor {name!r}: compress_rows mixes rows: row {row} of a probe "
+                                f"compressed alone differs in {differ} of {n} entries from the same row compressed "
+                                "beside another; compress each row (one client's update) on its own")
+
+
+def _probe(compressor: Compressor, rows: torch.Tensor, keys, path: str, name: str):
+    """``compress_rows`` on a probe (generators keyed ``keys``), its failure one line naming it."""
+    try:
+        return compressor.compress_rows(rows, generators(0, UP, keys, rows.device) if compressor.random else None)
+    except (Exception, SystemExit) as err:  # noqa: BLE001 -- a user's compressor: one line naming it
+        raise ScenarioError(f"{path}: compressor {name!r}: compress_rows failed on a probe update: "
+                            f"{failure(err)}") from None
 
 
 def _show(x) -> str:

@@ -12,7 +12,7 @@ without it); the transforms import it when they run.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, ClassVar, Sequence
 
@@ -35,10 +35,15 @@ class Compressor:
     per row, keyed by (seed, client, job key), and must draw a row's numbers from that row's
     generator only, so a client's result does not depend on the cohort it is compressed with.
     ``lossless`` says that C(v) = v for every v (then there is nothing to compress or feed back).
+    ``overflows`` says that a finite entry may come out +-inf (``fp16`` beyond 65504); without it a
+    non-finite output where the row was finite stops the run naming the compressor
+    (:func:`fedsim.compression.apply.compress_cohort`). All three are class variables
+    (``ClassVar``), not dataclass fields.
     """
 
     random: ClassVar[bool] = False
     lossless: ClassVar[bool] = False
+    overflows: ClassVar[bool] = False
 
     def payload_bytes(self, num_params: int, dtype_bytes: int) -> float:
         """Bytes of one compressed update of ``num_params`` entries of ``dtype_bytes`` bytes each."""
@@ -63,6 +68,9 @@ class Compression:
 
     compressor: Compressor
     error_feedback: bool = False
+    #: the name the compressor was registered under (``algorithm.compression.name``), for errors;
+    #: None: its class name
+    name: str | None = field(default=None, compare=False)
 
 
 def kept(ratio: float, n: int) -> int:

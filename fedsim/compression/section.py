@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..limits import MAX_PAYLOAD_BYTES
 from ..section import FieldError, Section, registered
 from .base import Compression, Compressor
 
@@ -40,7 +41,7 @@ class CompressionSection(Section):
 
     def value(self) -> Compression:
         """The compressor and the error-feedback switch, as the engine takes them."""
-        return Compression(self.compressor(), bool(self.error_feedback))
+        return Compression(self.compressor(), bool(self.error_feedback), self.name)
 
 
 def compression_value(v: Any, path: str = UPLINK) -> CompressionSection | None:
@@ -95,7 +96,8 @@ def compression_value(v: Any, path: str = UPLINK) -> CompressionSection | None:
 
 def check_payload(comp: Compressor, n: int, dtype_bytes: int, path: str, name: str) -> float:
     """``comp.payload_bytes(n, dtype_bytes)`` as a float, or a one-line :class:`FieldError`
-    at ``path`` when it fails or is not a finite number >= 0."""
+    at ``path`` when it fails or is not a number of bytes in [0, ``MAX_PAYLOAD_BYTES``] (the bound
+    of ``system.payload_bytes``; fractional bytes are allowed: an average payload)."""
     try:
         b = comp.payload_bytes(n, dtype_bytes)
     except Exception as err:  # noqa: BLE001 -- a user's compressor: one line naming it
@@ -108,6 +110,9 @@ def check_payload(comp: Compressor, n: int, dtype_bytes: int, path: str, name: s
     if not math.isfinite(value) or value < 0:
         raise FieldError(path, f"compressor {name!r}: payload_bytes({n}, {dtype_bytes}) = {_short(b)}; "
                           "must be a finite number of bytes >= 0")
+    if value > MAX_PAYLOAD_BYTES:
+        raise FieldError(path, f"compressor {name!r}: payload_bytes({n}, {dtype_bytes}) = {_short(b)}; "
+                          f"must be at most {MAX_PAYLOAD_BYTES:.0e} bytes (MAX_PAYLOAD_BYTES, as system.payload_bytes)")
     return value
 
 

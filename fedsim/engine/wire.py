@@ -30,18 +30,21 @@ __all__ = ["Wire"]
 @dataclass(frozen=True)
 class Wire:
     """The two links of a run: ``uplink`` (None: the raw updates) and ``downlink`` (None: the raw
-    model); ``seed``: the scenario seed (the random compressors' streams)."""
+    model); ``seed``: the scenario seed (the random compressors' streams). A compressor that fails
+    mid-run is a one-line :class:`fedsim.errors.PartError` naming it (exit 1)."""
 
     uplink: Compression | None
     downlink: Compressor | None
     seed: int
+    #: the downlink compressor's registered name (``algorithm.downlink_compression.name``), for errors
+    downlink_name: str | None = None
 
     def broadcast(self, params: Tensors, version: int) -> Tensors:
         """The model the clients that download ``version`` train from (``params`` itself without a
         downlink compressor)."""
         if self.downlink is None:
             return params
-        return compress_model(self.downlink, params, seed=self.seed, version=version)
+        return compress_model(self.downlink, params, seed=self.seed, version=version, name=self.downlink_name)
 
     def upload(self, deltas: Tensors, clients: Sequence[int], keys: Sequence[int],
                residuals: Mapping[int, Tensors]) -> tuple[Tensors, dict[int, Tensors]]:

@@ -58,6 +58,10 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
         from ..losses import scenario_loss
 
         loss = scenario_loss(sc)
+    if loss is not None:  # a user's loss: its failures name it (exit 1 mid-run)
+        from ..losses import NamedLoss
+
+        loss = NamedLoss(loss, f"loss {sc.loss.name!r}")
     work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
     # issue 27 item 3 (data helper): a model whose size follows from an unexpected input shape is named before training
     if work.module is not None:
@@ -103,7 +107,8 @@ def wire_of(sc: Scenario) -> Wire | None:
     up, down = sc.algorithm.compression, sc.algorithm.downlink_compression
     if up is None and down is None:
         return None
-    return Wire(None if up is None else up.value(), None if down is None else down.compressor(), sc.seed)
+    return Wire(None if up is None else up.value(), None if down is None else down.compressor(), sc.seed,
+                None if down is None else down.name)
 
 
 def check_compressors(sc: Scenario, params) -> None:

@@ -72,7 +72,15 @@ def round_value(rule, batch_size: int) -> clock_model.RoundRule:
     else:
         work = None
     return cm.RoundRule(policy, work, rule.max_local_steps, rule.clients_per_round, selection_value(rule),
-                        rule.on_deadline, rule.local_time)
+                        rule.on_deadline, rule.local_time, selection_name(rule))
+
+
+def selection_name(rule) -> str:
+    """The name the clock's selection rule goes by in errors: ``round.selection.name``, else
+    ``uniform`` / ``weighted`` as ``round.sampling`` picks it (:func:`selection_value`)."""
+    if getattr(rule, "selection", None) is not None:
+        return rule.selection.name
+    return "weighted" if rule.sampling == "weighted" and rule.policy != "async" else "uniform"
 
 
 def selection_value(rule):

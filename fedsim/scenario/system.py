@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_vali
 from ..section import BoolGiven, FieldError, Section, has_bool, registered
 from ..section_errors import nested_error
 from .distributions import Constant, Dist, Exponential, LogNormal, RandInt, Uniform, dist_bounds, dist_low
+from .. import limits
 
 Interval = tuple[float, float]
 #: ``system.availability``'s per-client offline intervals: one list of ``[start, end)`` per client.
@@ -185,7 +186,7 @@ class SystemConfig(Section):
     trace_repeat: Literal["cycle", "last"] = "cycle"
     # issue 19: FedScale's online test and job rule (docs/devices.md), and the bytes of one transfer
     trace_semantics: Literal["fedsim", "fedscale"] = "fedsim"
-    payload_bytes: Annotated[int, Field(gt=0, le=10**15)] | Literal["fedscale_pickle"] | None = None
+    payload_bytes: Annotated[int, Field(gt=0, le=limits.MAX_PAYLOAD_BYTES)] | Literal["fedscale_pickle"] | None = None
     #: a job hit by an outage: loses its work (fail) or keeps its completed steps and goes on when
     #: its client is back online, while its round is open (resume)
     on_outage: Literal["fail", "resume"] = "fail"

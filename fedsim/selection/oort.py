@@ -24,7 +24,9 @@ At a pick (every candidate when k >= the candidates; in round 0, before any feed
 * exploitation: (1 - eps) k of them, at random in proportion to the score among the best ones
   (those scoring at least ``cut_off_util`` x the score of the first one left out, and at least the
   10 x (1 - eps) k + 1 best); exploration: the slots left, among the unexplored candidates, at
-  random in proportion to p_i among the ``sample_window`` x slots with the largest p_i;
+  random in proportion to p_i among the ``sample_window`` x slots with the largest p_i; when too
+  few candidates are unexplored, exploitation takes the slots they leave: k - explore slots, the
+  pool cut off at that length, drawn by score (Oort's Algorithm 1);
 * eps decays by ``exploration_decay`` per observed round down to ``exploration_min``.
 
 Every other random number comes from ``stream(seed, "oort", key, j)``; :meth:`Oort.select` never
@@ -97,15 +99,20 @@ class OortPlan:
         blacklist: blacklisted clients (sorted).
         scored: the explored, not blacklisted candidates by decreasing score (ties by id).
         scores: their scores.
-        exploit_len: how many are exploited, (1 - eps) k capped by len(scored).
-        pool_len: the exploitation draw is among ``scored[:pool_len]`` in proportion to the score.
+        exploit_len: Oort's exploitation length, k - int(eps k) capped by len(scored) (FedScale's
+            ``exploitLen``).
+        pool_len: the pool cut-off at ``exploit_len``: ``scored[:pool_len]``.
         unexplored: the unexplored candidates by decreasing p_i (ties in a keyed random order).
         explore_len: how many are explored.
         explore_pool_len: the exploration draw is among ``unexplored[:explore_pool_len]`` in
             proportion to p_i.
+        draw_len: how many are drawn by score: k - explore_len capped by len(scored); larger than
+            ``exploit_len`` when too few unexplored candidates take the slots eps keeps for them
+            (Oort's Algorithm 1 exploits the slots exploration leaves).
+        draw_pool_len: the pool cut-off at ``draw_len``: the exploitation draw is among
+            ``scored[:draw_pool_len]`` in proportion to the score.
         others: the blacklisted candidates, best first (scores normalised over every explored
-            candidate); with the scored ones not drawn they fill the slots left when too few
-            could be exploited or explored.
+            candidate); they fill the slots left when too few could be exploited or explored.
     """
 
     round: int
@@ -119,6 +126,8 @@ class OortPlan:
     unexplored: np.ndarray
     explore_len: int
     explore_pool_len: int
+    draw_len: int
+    draw_pool_len: int
     others: np.ndarray
 
 
@@ -163,13 +172,13 @@ class Oort(SelectionRule):
             return state, Picked.of(first_of_permutation(cand, want, state.seed, request.key), state.p)
         plan = self.plan(state, request)
         rng = stream(state.seed, "oort", request.key, 2)
-        pool = plan.scored[: plan.pool_len]
-        exploit = pool[weighted_order(rng, plan.scores[: plan.pool_len])[: plan.exploit_len]]
+        pool = plan.scored[: plan.draw_pool_len]
+        exploit = pool[weighted_order(rng, plan.scores[: plan.draw_pool_len])[: plan.draw_len]]
         epool = plan.unexplored[: plan.explore_pool_len]
         explore = epool[weighted_order(rng, state.p[epool])[: plan.explore_len]]
         picked = np.concatenate([exploit, explore])
         short = want - len(picked)
-        if short > 0:  # too few to exploit and explore: the best of the rest
+        if short > 0:  # too few to exploit and explore (the blacklist): the best of the rest
             rest = np.concatenate([plan.scored[~np.isin(plan.scored, exploit)], plan.others])
             picked = np.concatenate([picked, rest[:short]])
         return state, Picked.of(np.sort(picked), state.p)
@@ -228,17 +237,14 @@ class Oort(SelectionRule):
         order = np.lexsort((scored, -sc))
         scored, sc = scored[order], sc[order]
         exploit_len = min(want - int(want * state.exploration), len(scored))
-        pool_len = len(scored)
-        if exploit_len < len(scored):
-            cut = sc[exploit_len] * self.cut_off_util
-            stop = (sc < cut) & (np.arange(len(sc)) > 10.0 * exploit_len)
-            if stop.any():
-                pool_len = int(np.argmax(stop))
+        pool_len = self.pool_len(sc, exploit_len)
         unexplored = cand[~explored]
         tie = stream(state.seed, "oort", request.key, 1).random(len(unexplored))
         unexplored = unexplored[np.lexsort((tie, -state.p[unexplored]))]
         explore_len = min(len(unexplored), want - exploit_len)
         explore_pool_len = min(int(self.sample_window * explore_len), len(unexplored))
+        draw_len = min(want - explore_len, len(scored))
+        draw_pool_len = pool_len if draw_len == exploit_len else self.pool_len(sc, draw_len)
         others = cand[explored & banned]
         if len(others):
             osc = self.scores(state, others, cand[explored], preferred)
@@ -246,8 +252,20 @@ class Oort(SelectionRule):
         return OortPlan(
             round=state.rounds, exploration=state.exploration, preferred_duration=preferred, blacklist=black,
             scored=scored, scores=sc, exploit_len=exploit_len, pool_len=pool_len, unexplored=unexplored,
-            explore_len=explore_len, explore_pool_len=explore_pool_len, others=others,
+            explore_len=explore_len, explore_pool_len=explore_pool_len, draw_len=draw_len,
+            draw_pool_len=draw_pool_len, others=others,
         )
+
+    def pool_len(self, scores: np.ndarray, length: int) -> int:
+        """Oort's pool cut-off for drawing ``length`` of the clients scoring ``scores`` (sorted,
+        decreasing): they are kept until the first one that scores below ``cut_off_util`` times
+        the score at index ``length`` and lies beyond the first 10 ``length`` + 1; all of them
+        when there is no such index."""
+        if length >= len(scores):
+            return len(scores)
+        cut = scores[length] * self.cut_off_util
+        stop = (scores < cut) & (np.arange(len(scores)) > 10.0 * length)
+        return int(np.argmax(stop)) if stop.any() else len(scores)
 
     # -- feedback ---------------------------------------------------------------------------------
 
