@@ -16,7 +16,7 @@ import torch
 
 import fedsim
 from fedsim import registries
-from fedsim.clock.feedback import SelectionError, Selector
+from fedsim.clock.feedback import SelectionError, SelectionFailed, Selector
 from fedsim.clock.selection import Observations, Picked, Request, SelectionRule, Uniform, check_picked
 from fedsim.compression import Compression, CompressionSection, Compressor
 from fedsim.compression.apply import check_compression, compress_cohort, compress_model
@@ -302,7 +302,7 @@ class Vandal(SelectionRule):
 def test_a_rule_cannot_write_fedsims_data_weights_or_candidates(target):
     p = np.array([0.5, 0.25, 0.25])
     sel = Selector(Vandal(target), 3, p, 0, name="vandal")
-    with pytest.raises(SelectionError, match="^round.selection: vandal.select\\(\\) failed: ValueError: "
+    with pytest.raises(SelectionFailed, match="^round.selection: vandal.select\\(\\) failed: ValueError: "
                                              "assignment destination is read-only$"):
         sel.pick(0, 0.0, 2, lambda: np.array([0, 1, 2]))
     assert p.tolist() == [0.5, 0.25, 0.25]
@@ -313,7 +313,7 @@ def test_a_rule_cannot_write_the_logged_observations():
     z = np.zeros(1)
     obs = Observations(0, 1.0, np.array([0]), np.array([0]), np.array(["completed"]), np.array([2]), z + 0.1, z + 0.5,
                        z + 0.1, np.array([1.25]), np.array([3.0]), np.array([8]))
-    with pytest.raises(SelectionError, match=r"vandal.observe\(\) failed: ValueError: assignment destination "
+    with pytest.raises(SelectionFailed, match=r"vandal.observe\(\) failed: ValueError: assignment destination "
                                              "is read-only"):
         sel.observe(obs)
     assert obs.loss.tolist() == [1.25] and obs.loss.flags.writeable  # the log keeps what the server learned
@@ -349,7 +349,7 @@ class FloatIds(SelectionRule):
 def test_a_rules_errors_name_the_name_it_was_registered_under(tmp_path, section, text):
     fedsim.register_selector("my_grumpy_rule", section)
     try:
-        with pytest.raises(SelectionError) as err:
+        with pytest.raises(SelectionFailed) as err:
             fedsim.schedule({"data": {"name": "quadratic", "clients": 4}, "rounds": 2,
                              "round": {"policy": "wait", "local_steps": 1, "clients_per_round": 2,
                                        "selection": {"name": "my_grumpy_rule"}}}, out=tmp_path / "o")

@@ -1,6 +1,6 @@
 """A plug-in part that fails mid-run, whatever it raises, ``sys.exit`` included (issue 38 item 7):
 ``fedsim run`` exits 1 with one line naming the part by its scenario key and registered name
-(a selection rule: exit 2, its documented contract, docs/selection.md), keeps the rows written so
+(a selection rule too; only its answers out of contract are exit 2, docs/selection.md), keeps the rows written so
 far and leaves its folder unlocked. Before, ``sys.exit(0)`` in a compressor or a loss ended
 fedsim with exit 0, a header-only rounds.csv and no message; ``sys.exit(3)`` exited 3."""
 
@@ -128,7 +128,8 @@ def _unlocked(out: Path) -> bool:
      "fedsim: error: PartError: algorithm.compression: compressor 'quit_comp': compress_rows returned NaN for "
      "client 0's update (job key 0), which was finite"),
     ("exit0", "loss.name=quit_loss", 1, "fedsim: error: PartError: loss 'quit_loss': raised SystemExit: 0"),
-    ("exit0", "round.selection.name=quit_rule", 2, "round.selection: quit_rule.select() failed: SystemExit: 0"),
+    ("exit0", "round.selection.name=quit_rule", 1,
+     "fedsim: error: SelectionFailed: round.selection: quit_rule.select() failed: SystemExit: 0"),
 ], ids=["compressor-exit0", "compressor-exit3", "compressor-nan", "loss-exit0", "selection-exit0"])
 def test_a_part_failing_mid_run_is_one_line_naming_it(tmp_path, how, key, code, line):
     r, out = _run(tmp_path, how, key)

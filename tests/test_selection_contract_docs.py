@@ -15,7 +15,7 @@ import pytest
 
 import fedsim
 from fedsim import registries
-from fedsim.clock.feedback import SelectionError, Selector
+from fedsim.clock.feedback import SelectionError, SelectionFailed, Selector
 from fedsim.clock.selection import Observations, Picked, Request, SelectionRule
 from fedsim.selection.section import SelectionSection
 
@@ -115,7 +115,7 @@ def test_quoted_messages_are_the_codes():
 
     example = re.search(r"\(`(round\.selection: my_rule\.select\(\) failed: [^`]*)`;", DOC).group(1)
     sel = Selector(Raises(), 2, np.array([0.5, 0.5]), 0, name="my_rule")
-    with pytest.raises(SelectionError) as err:
+    with pytest.raises(SelectionFailed) as err:
         sel.pick(0, 0.0, 1, lambda: np.array([0, 1]))
     assert str(err.value) == example
 

@@ -4,8 +4,9 @@
 (:meth:`Selector.pick`, a :class:`~fedsim.clock.selection.Request` of plain values) and the
 schedule hands it an :class:`~fedsim.clock.selection.Observations` after each plan
 (:func:`observations`: the plan's own rows plus the losses the runner reports, :class:`Reported`).
-A rule that raises or answers out of its contract stops the run with one line
-(:class:`SelectionError`, exit 2).
+A rule whose answer breaks its contract stops the run with one line (:class:`SelectionError`,
+exit 2, as an input error); a rule that raises (``sys.exit`` too) is a part failing mid-run
+(:class:`SelectionFailed`, exit 1, docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from fedsim.errors import ScenarioError
+from fedsim.errors import PartError, ScenarioError
 
 from .plan import STATUSES, RoundTable
 from .selection import Observations, Picked, Request, SelectionRule, check_picked
 
-__all__ = ["Reported", "Selector", "SelectionError", "observations"]
+__all__ = ["Reported", "Selector", "SelectionError", "SelectionFailed", "observations"]
 
 _OFFLINE, _COMPLETED = STATUSES.index("offline"), STATUSES.index("completed")
 
@@ -31,7 +32,11 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 
 class SelectionError(ScenarioError):
-    """A selection rule that raised or broke its contract (one line naming the rule)."""
+    """A selection rule whose answer broke its contract (one line naming the rule; exit 2)."""
+
+
+class SelectionFailed(PartError):
+    """A selection rule that raised or called ``sys.exit`` (one line naming the rule; exit 1)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,5 +147,5 @@ class Selector:
             raise
         except (Exception, SystemExit) as err:  # noqa: BLE001 -- a rule failing (sys.exit too): one line naming it
             msg = str(err).splitlines()[0] if str(err) else ""
-            raise SelectionError(f"round.selection: {self.name}.{method}() failed: {type(err).__name__}"
+            raise SelectionFailed(f"round.selection: {self.name}.{method}() failed: {type(err).__name__}"
                                  f"{': ' + msg[:200] if msg else ''}") from None
