@@ -158,6 +158,8 @@ class ClockGrid(Grid):
         return c if 0 <= c < self.times.m else None
 
     def _exchange(self, msgs: list[Message], timeout: float | None) -> list[Message]:
+        if not msgs:  # nothing sent (e.g. fraction_evaluate=0): no exchange, no time
+            return []
         t0, key = self.now, len(self.exchanges)
         kind = msgs[0].metadata.message_type if msgs else ""
         train = kind.split(".")[0] == "train"
