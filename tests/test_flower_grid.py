@@ -261,3 +261,99 @@ def test_core_fedsim_never_imports_flwr():
             "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_node_ids_are_offset_client_indices():
+    assert NODE_ID_OFFSET == 1000  # docs/flower.md states it
+    server, ids = ServerApp(), []
+
+    @server.main()
+    def main(grid, context):
+        ids.append(list(grid.get_node_ids()))
+
+    ff.run(server, make_client()[0], world({"policy": "wait", "local_steps": 1}))
+    assert ids == [[1000, 1001, 1002]]
+
+
+def _evaluate_exchange(scenario, report):
+    app, seen = ClientApp(), []
+
+    @app.evaluate()
+    def evaluate(msg, context):
+        seen.append(dict(msg.content["config"]))
+        return Message(RecordDict({"metrics": MetricRecord(report)}), reply_to=msg)
+
+    server = ServerApp()
+
+    @server.main()
+    def main(grid, context):
+        content = RecordDict({"arrays": ArrayRecord([np.zeros(1, np.float32)]), "config": ConfigRecord({"a": 1})})
+        grid.send_and_receive([Message(content, n, "evaluate") for n in grid.get_node_ids()])
+
+    return ff.run(server, app, scenario), seen
+
+
+def test_an_evaluate_reply_is_billed_its_transfers_and_its_reported_steps():
+    sc = world({"policy": "wait", "local_steps": 4})
+    res, seen = _evaluate_exchange(sc, {"num-examples": 100})  # no steps reported: transfers only
+    assert {c: e[2] for c, e in ends(res).items()} == {0: 1.0, 1: 1.0, 2: 1.0}
+    assert seen == [{"a": 1}] * 3  # no fedsim-steps in an evaluate message
+    res, _ = _evaluate_exchange(sc, {"num-examples": 100, STEPS_KEY: 2})  # 0.5 + 2 / speed + 0.5
+    assert {c: e[2] for c, e in ends(res).items()} == {0: 3.0, 1: 2.0, 2: 1.5}
+
+
+def test_a_window_with_no_room_for_a_step_sends_nothing():
+    client, seen = make_client()
+    # the strategy's timeout of 1 s bounds the 4 s window; 0.5 down + 0.5 up fill it
+    res, got, now = exchange(world({"policy": "window", "window": 4.0}), client, timeout=1.0)
+    assert seen == [] and got == [[]] and now == [1.0]
+    assert {o.status for o in res.exchanges[0].outcomes} == {"dropped"}
+
+
+def test_partial_deadline_allows_what_fits_before_the_last_upload():
+    client, seen = make_client()
+    sc = world({"policy": "deadline", "deadline": 3.5, "local_steps": 4, "on_deadline": "partial"})
+    res, got, now = exchange(sc, client)
+    # min(4, floor((3.5 - 0.5 - 0.5) * speed)) = 2, 4, 4; replies at 3.0, 3.0, 2.0
+    assert sorted((c, cfg[STEPS_KEY]) for c, _, cfg in seen) == [(0, 2), (1, 4), (2, 4)]
+    assert ends(res) == {0: ("completed", 2, 3.0), 1: ("completed", 4, 3.0), 2: ("completed", 4, 2.0)}
+    assert now == [3.0]
+
+
+def test_the_servers_aggregation_time_follows_a_train_exchange():
+    client, _ = make_client()
+    sc = world({"policy": "wait", "local_steps": 4}, server={"aggregate": 2.0})
+    res, _, now = exchange(sc, client, rounds=2)
+    # 5.0 + 3 updates x 2.0 s; the second exchange opens there
+    assert now[0] == 11.0 and res.exchanges[1].start == 11.0
+
+
+def test_python_random_is_seeded_with_the_scenarios_seed():
+    import random
+
+    server, draws = ServerApp(), []
+
+    @server.main()
+    def main(grid, context):
+        draws.append(random.random())
+
+    for seed in (3, 3, 4):
+        sc = world({"policy": "wait", "local_steps": 1})
+        sc["seed"] = seed
+        ff.run(server, make_client()[0], sc)
+    assert draws == [random.Random(3).random(), random.Random(3).random(), random.Random(4).random()]
+
+
+def test_push_then_pull_is_one_exchange():
+    client, _ = make_client()
+    server, got = ServerApp(), []
+
+    @server.main()
+    def main(grid, context):
+        content = RecordDict({"arrays": ArrayRecord([np.zeros(1, np.float32)]), "config": ConfigRecord({})})
+        ids = list(grid.push_messages([Message(content, n, "train") for n in grid.get_node_ids()]))
+        got.append(len(list(grid.pull_messages(ids))))
+        got.append(grid.now)
+
+    res = ff.run(server, client, world({"policy": "wait", "local_steps": 4}))
+    assert got == [3, 5.0] and len(res.exchanges) == 1
