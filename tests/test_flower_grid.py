@@ -300,6 +300,9 @@ def test_an_evaluate_reply_is_billed_its_transfers_and_its_reported_steps():
     assert seen == [{"a": 1}] * 3  # no fedsim-steps in an evaluate message
     res, _ = _evaluate_exchange(sc, {"num-examples": 100, STEPS_KEY: 2})  # 0.5 + 2 / speed + 0.5
     assert {c: e[2] for c, e in ends(res).items()} == {0: 3.0, 1: 2.0, 2: 1.5}
+    # under a window an evaluate exchange closes at its last reply, not at the window's end
+    res, _ = _evaluate_exchange(world({"policy": "window", "window": 4.0}), {"num-examples": 100, STEPS_KEY: 2})
+    assert res.sim_time == 3.0
 
 
 def test_a_window_with_no_room_for_a_step_sends_nothing():

@@ -196,7 +196,7 @@ class ClockGrid(Grid):
                 reply = _unavailable(msg)
             reply.metadata.__dict__["_message_id"] = str(uuid4())
             replies.append(reply)
-        close, seen = close_exchange(self.times, t0, timeout, outcomes, self.k_first)
+        close, seen = close_exchange(self.times, t0, timeout, outcomes, self.k_first, train)
         got = [replies[i] for i in seen]
         done = sum(1 for i in seen if outcomes[i].status == "completed")
         self.now = close + (self._aggregation(done) if train and done else 0.0)

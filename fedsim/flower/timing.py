@@ -17,7 +17,8 @@ trace's kbit/s: / 1024), upload the same with the reply's bytes; compute = the n
 
 Close of the exchange, and which replies the strategy sees (those that arrived by the close):
 
-* ``window`` W: close = t0 + min(W, timeout); tau_i = whole steps between arrive and close - upload;
+* ``window`` W: close = t0 + min(W, timeout); tau_i = whole steps between arrive and close - upload
+  (an exchange of evaluate messages closes at its last reply, at most t0 + min(W, timeout));
 * ``deadline`` D: close = the earlier of t0 + min(D, timeout) and the last resolution; tau_i the
   prescribed steps (``on_deadline: partial``: at most what fits before close - upload);
 * ``wait``: close = the earlier of t0 + timeout and the last resolution; tau_i the prescribed steps;
@@ -229,14 +230,16 @@ class NodeTimes:
 
 
 def close_exchange(times: NodeTimes, t0: float, timeout: float | None, outcomes: list[Outcome],
-                   k_first: int | None = None) -> tuple[float, list[int]]:
+                   k_first: int | None = None, train: bool = True) -> tuple[float, list[int]]:
     """(close, indices of the outcomes the strategy sees, in arrival order; ties by client).
 
-    ``k_first``: overcommit's K (the exchange closes at the K-th completed reply)."""
+    ``k_first``: overcommit's K (the exchange closes at the K-th completed reply). ``train``: a
+    window lasts exactly W only for train messages (the nodes fill it with steps); any other
+    exchange under a window closes at its last reply, at most W after it opened."""
     limit = times.limit(t0, timeout)
     heard = [i for i, o in enumerate(outcomes) if o.status != "dropped"]
     order = sorted(heard, key=lambda i: (outcomes[i].end, outcomes[i].client))
-    if isinstance(times.policy, Window):
+    if isinstance(times.policy, Window) and train:
         close = limit
     else:
         last = max((outcomes[i].end for i in heard), default=t0)
