@@ -7,7 +7,8 @@ Tolerance: the arrays are float32, and the two runs sum the replies in different
 order is the order its Ray workers finish; fedsim's is simulated arrival, then client index);
 float32 addition is not associative, so each aggregation may differ by a few ulps (~1e-7
 relative), and two rounds of training carry that on. rtol 1e-5, atol 1e-6 for arrays; 1e-9
-relative for the float64 metrics. Everything else (which nodes, which batches, which steps) is
+relative for the float64 metrics. Measured (flwr 1.42): largest |difference| of the arrays
+3.0e-8 (FedAvg, FedProx) to 4.7e-8 (FedAdam), the ServerApp-side accuracies equal. Everything else (which nodes, which batches, which steps) is
 identical, so a real difference (one missing reply, one other step) is orders of magnitude larger.
 
 One ``run_simulation`` (one Ray start) runs all four strategies one after another; so does one
@@ -39,6 +40,11 @@ def _snapshot(results):
 
 @pytest.fixture(scope="module")
 def both():
+    return run_both()
+
+
+def run_both():
+    """(Flower's results, fedsim's results) of the four strategies."""
     logging.getLogger("flwr").setLevel(logging.WARNING)
     from flwr.app import Context, RecordDict
     from flwr.simulation.run_simulation import _run_simulation
