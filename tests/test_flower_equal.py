@@ -6,8 +6,9 @@ FedAdam and a custom Strategy subclass (the example app's ``UniformAvg``).
 Tolerance: the arrays are float32, and the two runs sum the replies in different orders (Flower's
 order is the order its Ray workers finish; fedsim's is simulated arrival, then client index);
 float32 addition is not associative, so each aggregation may differ by a few ulps (~1e-7
-relative), and two rounds of training carry that on. rtol 1e-5, atol 1e-6 for arrays; 1e-9
-relative for the float64 metrics. Measured (flwr 1.42): largest |difference| of the arrays
+relative), and two rounds of training carry that on. rtol 1e-5, atol 1e-6 for arrays, and rel
+1e-5 for the metrics: the clients compute their losses in float32 on those arrays (a first run
+that asked 1e-9 of them failed on metrics up to 1.1e-7 relative apart: 2.2407506 vs 2.2407508). Measured (flwr 1.42): largest |difference| of the arrays
 3.0e-8 (FedAvg, FedProx) to 4.7e-8 (FedAdam), the ServerApp-side accuracies equal. Everything else (which nodes, which batches, which steps) is
 identical, so a real difference (one missing reply, one other step) is orders of magnitude larger.
 
@@ -78,7 +79,7 @@ def test_same_arrays_and_metrics_as_run_simulation(both, name):
         for r in theirs:
             assert mine[r].keys() == theirs[r].keys()
             for k in theirs[r]:
-                assert mine[r][k] == pytest.approx(theirs[r][k], rel=1e-9, abs=1e-12)
+                assert mine[r][k] == pytest.approx(theirs[r][k], rel=1e-5, abs=1e-7)
     # training moved the model: the comparison is not of two untouched initial models
     assert max(float(np.abs(x).max()) for x in fa) > 0
     assert fs[ROUNDS]["accuracy"] > fs[0]["accuracy"]
