@@ -216,7 +216,8 @@ def test_run_folder_and_cli(tmp_path, capsys):
         "server = ServerApp()\n"
         "@server.main()\n"
         "def m(grid, ctx):\n"
-        "    FedAvg(min_available_nodes=3, fraction_evaluate=0.0).start(grid=grid, initial_arrays=ArrayRecord([np.zeros(2, np.float32)]), num_rounds=int(ctx.run_config['rounds']))\n")
+        "    FedAvg(min_available_nodes=3, fraction_evaluate=0.0).start(grid=grid, initial_arrays=ArrayRecord([np.zeros(2, np.float32)]), num_rounds=int(ctx.run_config['rounds']),\n"
+        "        evaluate_fn=lambda r, a: MetricRecord({'loss': float(r), 'accuracy': 0.5}))\n")
     sc = tmp_path / "sc.yaml"
     sc.write_text("name: tiny\ndata: {clients: 3}\nsystem: {speed: [1.0, 2.0, 4.0], latency: 0.5}\n"
                   "round: {policy: wait, local_steps: 4}\n")
@@ -233,6 +234,10 @@ def test_run_folder_and_cli(tmp_path, capsys):
     assert "train.fedsim-steps" in rounds[0]  # the strategy's aggregated MetricRecord, as columns
     assert [r.split(",")[1] for r in rounds[1:]] == ["5.0", "10.0"]
     assert len((out / "clients.csv").read_text().splitlines()) == 1 + 6
+    # the ServerApp-side evaluations against simulated time: before round 1 (t = 0, no exchange yet:
+    # round -1), after round 1 (t = 5) and round 2 (t = 10), in fedsim's evals.csv columns
+    assert (out / "evals.csv").read_text().splitlines() == [
+        "sim_time,round,test_loss,test_acc,train_loss", "0.0,-1,0.0,0.5,", "5.0,0,1.0,0.5,", "10.0,1,2.0,0.5,"]
     # a scenario alone never imports code: the apps are flags; --resume is refused in one line
     capsys.readouterr()
     assert main(["flower", str(sc), "--server-app", "x:y", "--client-app", "x:y", "--resume"]) == 2
