@@ -365,3 +365,19 @@ def test_push_then_pull_is_one_exchange():
 
     res = ff.run(server, client, world({"policy": "wait", "local_steps": 4}))
     assert got == [3, 5.0] and len(res.exchanges) == 1
+
+
+def test_a_device_trace_gives_speeds_and_bandwidths(tmp_path):
+    # FedScale's device layout: a step is 3 x batch 32 x sample_seconds (0.96, 1.92, 0.48 s); a
+    # transfer is kbit / kbps with kbit = 1,128 bytes x 8 / 1024 = 8.8125 (down 8 kbps: 1.1015625 s,
+    # up 4 kbps: 2.203125 s); 2 steps each, no latency
+    trace = tmp_path / "devices.csv"
+    trace.write_text("client,start,end,sample_seconds,down_kbps,up_kbps\n"
+                     "0,0,100000,0.01,8,4\n1,0,100000,0.02,8,4\n2,0,100000,0.005,8,4\n")
+    client, _ = make_client()
+    sc = {"seed": 0, "data": {"clients": 3}, "system": {"trace": str(trace)},
+          "round": {"policy": "wait", "local_steps": 2}}
+    res, _, _ = exchange(sc, client, nbytes=1000)
+    got = {c: e[2] for c, e in ends(res).items()}
+    assert got == pytest.approx({0: 1.1015625 + 1.92 + 2.203125, 1: 1.1015625 + 3.84 + 2.203125,
+                                 2: 1.1015625 + 0.96 + 2.203125}, abs=1e-9)
