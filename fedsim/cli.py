@@ -43,7 +43,17 @@ def _build_parser(command: str | None = None) -> argparse.ArgumentParser:
     v.add_argument("scenario")
     v.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     _add_plugin_option(v)
-    if command not in ("run", "validate"):
+    f = sub.add_parser("flower", help="run a Flower ServerApp and ClientApp on the scenario's clock (docs/flower.md)")
+    f.add_argument("scenario")
+    f.add_argument("--server-app", required=True, metavar="MODULE:ATTR", help="the flwr ServerApp to run")
+    f.add_argument("--client-app", required=True, metavar="MODULE:ATTR", help="the flwr ClientApp every node runs")
+    f.add_argument("--out", default=None, help="run folder (default runs/<name>)")
+    f.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    f.add_argument("--run-config", dest="run_config", action="append", default=[], metavar="KEY=VALUE",
+                   help="an entry of the apps' context.run_config (values read as YAML scalars)")
+    f.add_argument("--force", action="store_true", help="replace an existing run folder")
+    f.add_argument("--resume", action="store_true", help="refused: a Flower strategy's state is not fedsim's to resume")
+    if command not in ("run", "validate", "flower"):
         from .compare import add_compare_parser
         from .report.cli import add_plot_parser
 
@@ -148,6 +158,39 @@ def _print_summary(results) -> None:
         print(f"{name:<{w}}  {s.data:<{d}}  {s.rounds:>6}  {s.sim_time:>10.1f}  {acc:>8}  {loss:>10}  {out}{flag}")
 
 
+def _cmd_flower(args) -> int:
+    """``fedsim flower``: the apps are named explicitly (the scenario file never imports code)."""
+    from .scenario.loading import load_scenario, parse_value
+
+    sc = load_scenario(args.scenario, args.overrides)
+    if args.resume:
+        raise UsageError("fedsim: --resume: a Flower run cannot be resumed (its strategy's state lives in the "
+                         "ServerApp's main function, outside fedsim); rerun it with --force")
+    run_config = {}
+    for item in args.run_config:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"fedsim: --run-config {item!r}: give KEY=VALUE")
+        run_config[key] = parse_value(value, f"--run-config {key}")
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        raise UsageError("fedsim: flower: needs the flwr package (pip install 'fedsim[flower]')") from None
+    from .flower import load_app, run
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import ServerApp
+    from .runner import default_out
+
+    if "" not in sys.path:  # module:attr names a module of the current folder, as `flwr run` does
+        sys.path.insert(0, "")
+    server = load_app(args.server_app, ServerApp, "--server-app")
+    client = load_app(args.client_app, ClientApp, "--client-app")
+    out = Path(args.out) if args.out else default_out(sc)
+    result = run(server, client, sc, out, run_config=run_config, force=args.force)
+    print(f"{sc.name}: {len(result.exchanges)} exchanges, simulated time {result.sim_time:.1f} s, written to {out}")
+    return 0
+
+
 def _cmd_compare(args) -> int:
     from .compare import cmd_compare
 
@@ -166,7 +209,7 @@ def _cmd_trace(args) -> int:
     return cmd_trace(args)
 
 
-COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "compare": _cmd_compare, "plot": _cmd_plot, "trace": _cmd_trace}
+COMMANDS = {"run": _cmd_run, "validate": _cmd_validate, "flower": _cmd_flower, "compare": _cmd_compare, "plot": _cmd_plot, "trace": _cmd_trace}
 
 
 def main(argv: list[str] | None = None) -> int:

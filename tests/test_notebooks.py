@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ nbclient = pytest.importorskip("nbclient")
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 NOTEBOOKS = ["objective_inconsistency.ipynb", "wallclock_fednova_vs_waiting.ipynb", "bring_your_own.ipynb",
              "straggler_levers.ipynb", "wire_and_server.ipynb"]
+# needs the [flower] extra (in the [test] extra; skipped where flwr is not installed)
+if importlib.util.find_spec("flwr") is not None and importlib.util.find_spec("ray") is not None:
+    NOTEBOOKS.append("flower_on_fedsim.ipynb")
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
