@@ -58,6 +58,11 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
         from ..losses import scenario_loss
 
         loss = scenario_loss(sc)
+    coupled = sc.system.coupling is not None and sc.system.coupling.strength > 0
+    if coupled and data is None:  # built once: the workload trains it, the coupling scores its clients
+        from ..engine.workload import dataset_for
+
+        data = dataset_for(sc)
     work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
     # issue 27 item 3 (data helper): a model whose size follows from an unexpected input shape is named before training
     if work.module is not None:
@@ -87,7 +92,9 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
                          count_flops=sc.system.compute is not None, payload=sc.system.payload_bytes,
                          **compressors(sc))
         check_compute_steps(sc, cost.step_flops)  # issue 21.18: needs the model's FLOPs
-    return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost, epoch_rule=work.epoch_rule), cost)
+    clock = build_clock(sc, work.client_sizes, work.weights, cost=cost, epoch_rule=work.epoch_rule,
+                        data=data if coupled else None)
+    return Built(engine, clock, cost)
 
 
 def compressors(sc: Scenario) -> dict:
