@@ -252,3 +252,16 @@ def test_docs_state_the_keys_and_numbers():
     assert f"{spearman_of_strength(0.5):.3f} at 0.5" in section
     assert f"{spearman_of_strength(0.9):.3f} at 0.9" in section
     assert (root / "docs" / "img" / "coupling.png").is_file()
+
+
+def test_mid_ranks_and_normal_scores_against_scipy():
+    """The clock's own mid-ranks and normal scores (no scipy import at run time) equal scipy's."""
+    from scipy.special import ndtri
+    from scipy.stats import rankdata
+
+    from fedsim.clock.coupling import mid_ranks, normal_scores
+
+    x = np.array([3.0, 1.0, 3.0, 2.0, 3.0, 0.5, 2.0])
+    assert mid_ranks(x).tolist() == rankdata(x).tolist() == [6.0, 2.0, 6.0, 3.5, 6.0, 1.0, 3.5]
+    y = np.random.default_rng(0).integers(0, 20, 500).astype(float)
+    assert np.allclose(normal_scores(y), ndtri((rankdata(y) - 0.5) / len(y)), rtol=0, atol=1e-12)

@@ -11,7 +11,7 @@ nbclient = pytest.importorskip("nbclient")
 
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 NOTEBOOKS = ["objective_inconsistency.ipynb", "wallclock_fednova_vs_waiting.ipynb", "bring_your_own.ipynb",
-             "straggler_levers.ipynb", "wire_and_server.ipynb"]
+             "straggler_levers.ipynb", "wire_and_server.ipynb", "who_gets_left_behind.ipynb"]
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)

@@ -35,17 +35,30 @@ from fedsim.rng import stream
 
 from .availability import Always, AvailabilityModel, Intervals, TimelineStates, checked_timelines
 
-__all__ = ["coupled_devices", "device_scores", "normal_scores", "Reindexed", "reindexed_availability",
+__all__ = ["coupled_devices", "device_scores", "normal_scores", "mid_ranks", "Reindexed", "reindexed_availability",
            "spearman_of_strength"]
 
 
-def normal_scores(x: np.ndarray) -> np.ndarray:
-    """``Phi^-1((r - 1/2) / m)`` of the mid-ranks r (1..m) of ``x``."""
-    from scipy.special import ndtri
-    from scipy.stats import rankdata
-
+def mid_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..m of ``x``, tied values sharing the mean of their ranks."""
     x = np.asarray(x, dtype=np.float64)
-    return ndtri((rankdata(x, method="average") - 0.5) / len(x))
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    starts = np.r_[True, xs[1:] != xs[:-1]]
+    first = np.flatnonzero(starts)
+    last = np.r_[first[1:], len(x)] - 1
+    ranks = np.empty(len(x))
+    ranks[order] = ((first + last) / 2.0 + 1.0)[np.cumsum(starts) - 1]
+    return ranks
+
+
+def normal_scores(x: np.ndarray) -> np.ndarray:
+    """``Phi^-1((r - 1/2) / m)`` of the mid-ranks r (1..m) of ``x`` (:class:`statistics.NormalDist`)."""
+    from statistics import NormalDist
+
+    u = (mid_ranks(x) - 0.5) / len(x)
+    inv = NormalDist().inv_cdf
+    return np.array([inv(v) for v in u.tolist()], dtype=np.float64)
 
 
 def coupled_devices(data_score, device_score, strength: float, seed: int, direction: str = "same") -> np.ndarray:
