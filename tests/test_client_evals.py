@@ -228,3 +228,29 @@ def test_docs_state_the_columns_keys_and_measured_cost():
         assert f"{r['ratio_wall']:.3f} | {r['ratio_cpu']:.3f}" in text
         per = 1000 * r["eval_wall_s"] / r["evaluations"]
         assert f"{per:.0f} ms" in text
+
+
+@pytest.mark.parametrize("grid", [False, True])
+def test_resume_keeps_the_rows_before_and_redoes_the_rest(tmp_path, grid):
+    """A finished run resumed from its last checkpoint (round 6 of 8) rewrites client_evals.csv
+    byte for byte: the rows before the resumed round (grid: its open) kept, the rest recomputed
+    once (not appended twice)."""
+    import shutil
+
+    raw = yaml.safe_load(yaml.safe_dump(RAW))
+    raw.update(rounds=8, checkpoint={"every": 2})
+    if grid:
+        raw["eval"]["every_seconds"] = 3.0
+    path = _write(tmp_path, raw)
+    ref = tmp_path / "ref"
+    assert main(["run", str(path), "--out", str(ref), "--quiet"]) == 0
+    out = tmp_path / "copy"
+    shutil.copytree(ref, out)
+    (out / "model.pt").unlink()
+    assert main(["run", str(path), "--resume", str(out), "--quiet"]) == 0
+    text = (ref / "client_evals.csv").read_text()
+    assert (out / "client_evals.csv").read_text() == text
+    df = pd.read_csv(out / "client_evals.csv")
+    assert not df.duplicated(["sim_time", "group"]).any()
+    if not grid:  # one evaluation per round, three groups (all, tier0, tier1)
+        assert df["round"].tolist() == [r for r in range(8) for _ in range(3)]
