@@ -254,3 +254,47 @@ def test_resume_keeps_the_rows_before_and_redoes_the_rest(tmp_path, grid):
     assert not df.duplicated(["sim_time", "group"]).any()
     if not grid:  # one evaluation per round, three groups (all, tier0, tier1)
         assert df["round"].tolist() == [r for r in range(8) for _ in range(3)]
+
+
+def test_leaf_files_couple_and_evaluate_per_writer(tmp_path):
+    """FEMNIST in LEAF's layout (four writers, each with its own test part): coupling by speed to
+    the dominant label sorts the devices exactly, and the per-client rows equal a loop over the
+    writers' own test parts with model.pt."""
+    from _leaf_files import femnist_user, write_leaf_folder
+    from fedsim.data.femnist import load_femnist
+
+    sizes = {"w0": (6, 3), "w1": (5, 2), "w2": (7, 4), "w3": (4, 3)}
+    write_leaf_folder(tmp_path / "data", femnist_user, sizes, seed=3)
+    fd = load_femnist(tmp_path / "data")
+    dominant = [int(np.argmax(np.bincount(fd.client_data(k)[1]))) for k in range(4)]
+    raw = {"name": "leaf", "seed": 0, "rounds": 2,
+           "data": {"name": "femnist", "root": str(tmp_path / "data")}, "model": {"name": "logreg"},
+           "system": {"speed": [4.0, 1.0, 3.0, 2.0],
+                      "coupling": {"by": "speed", "to": "dominant_label", "strength": 1.0}},
+           "round": {"policy": "wait", "local_steps": 2},
+           "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 2},
+           "eval": {"per_client": {"clients": 4, "tiers": 2}}}
+    out = tmp_path / "run"
+    fedsim.run(raw, out=out)
+    # exact sort: the writer with the k-th smallest dominant label (ties: lower number) on the k-th slowest device
+    order = sorted(range(4), key=lambda k: (dominant[k], k))
+    speeds = np.empty(4)
+    speeds[order] = [1.0, 2.0, 3.0, 4.0]
+    clients = pd.read_csv(out / "clients.csv")
+    assert set(clients["client"]) == {0, 1, 2, 3}
+    sd = torch.load(out / "model.pt")
+    w, b = sd["1.weight"].double(), sd["1.bias"].double()
+    accs = []
+    for k in range(4):
+        x, y = fd.client_test(k)
+        x = torch.as_tensor(np.asarray(x, np.float32)).reshape(len(y), -1).double()
+        accs.append(float(((x @ w.T + b).argmax(1).numpy() == np.asarray(y)).mean()))
+    accs = np.array(accs)
+    tiers = speed_tiers(speeds, 2)
+    last = pd.read_csv(out / "client_evals.csv").query("round == 1").set_index("group")
+    assert last.loc["all", "acc_mean"] == pytest.approx(accs.mean(), abs=1e-6)
+    for t in (0, 1):
+        assert last.loc[f"tier{t}", "acc_mean"] == pytest.approx(accs[tiers == t].mean(), abs=1e-6)
+    # the wait round lasts the slowest selected job: 2 steps at the slowest device speed (1.0), no transfers
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert rounds["sim_time"].tolist() == [2.0, 4.0]
