@@ -14,9 +14,14 @@ purpose        keys                        what
 ``flops``      client                      device FLOP/s (``system.compute``), drawn once
 ``down``       client                      download bandwidth (``system.network``), drawn once
 ``up``         client                      upload bandwidth (``system.network``), drawn once
+``coupling``   (none)                      ``system.coupling``: one normal per client, once
+                                           (:mod:`fedsim.clock.coupling`; not at strength 0 or 1)
 =============  ==========================  =================================================
 
 ``key`` is the round index for synchronous policies and the job sequence number for ``async``.
+With ``system.coupling`` the per-client draws above (``speed``, ``flops``, ``down``, ``up``,
+``availability``) are keyed by the client's device ``devices[c]``; ``slowdown`` and ``work`` stay
+keyed by the client.
 """
 
 from __future__ import annotations
