@@ -76,7 +76,7 @@ def run_schedule(sc: Scenario, out: Path, *, force: bool = False, table_format: 
         ds = dataset_for(sc)
     sizes, weights = client_sizes_and_weights(sc, ds)
     clock = build_clock(sc, sizes, weights, cost=work_cost_for(sc, ds, model),  # everything that can fail, before the folder
-                        epoch_rule=getattr(ds, "epoch_rule", "floor"))
+                        epoch_rule=getattr(ds, "epoch_rule", "floor"), data=ds)
     if clock.rule.selection.uses_losses:
         raise ScenarioError(f"round.selection: {sc.round.selection.name!r} needs the training losses clients report "
                             "with their updates; --schedule-only trains nothing")

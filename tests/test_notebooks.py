@@ -12,7 +12,7 @@ nbclient = pytest.importorskip("nbclient")
 
 ANALYSIS = Path(__file__).resolve().parents[1] / "analysis"
 NOTEBOOKS = ["objective_inconsistency.ipynb", "wallclock_fednova_vs_waiting.ipynb", "bring_your_own.ipynb",
-             "straggler_levers.ipynb", "wire_and_server.ipynb"]
+             "straggler_levers.ipynb", "wire_and_server.ipynb", "who_gets_left_behind.ipynb"]
 # needs the [flower] extra (in the [test] extra; skipped where flwr is not installed)
 if importlib.util.find_spec("flwr") is not None and importlib.util.find_spec("ray") is not None:
     NOTEBOOKS.append("flower_on_fedsim.ipynb")

@@ -44,6 +44,9 @@ class Clock:
             with ``trace_semantics: fedsim``).
         checkin: async: pick clients by keyed check-in draws (:mod:`fedsim.clock.checkin`);
             None: for populations of at least ``CHECKIN_MIN_CLIENTS``.
+        devices: ``system.coupling``: client c runs on device ``devices[c]`` (a permutation of
+            0..m-1, :mod:`fedsim.clock.coupling`): its speed / FLOP/s / bandwidth draws, trace rows
+            and availability are that device's; None: device c (every client its own).
 
     The cross-field rules of the inputs are checked where they are validated
     (:mod:`fedsim.scenario`). The clock is a pure description: :meth:`schedule` starts a fresh
@@ -62,8 +65,10 @@ class Clock:
         cost: WorkCost | None = None,
         fast: bool | None = None,
         checkin: bool | None = None,
+        devices: np.ndarray | None = None,
     ):
         self.system, self.rule, self.population, self.seed = system, rule, population, int(seed)
+        self.devices = None if devices is None else _permutation(devices, len(population))
         self.client_sizes = population.sizes
         self.p = population.p
         m = self.num_clients = len(population)
@@ -77,6 +82,8 @@ class Clock:
         if isinstance(compute, Traced) or isinstance(availability, Traced):
             tr = compute if isinstance(compute, Traced) else availability
             trace = load_trace(tr.path, m)
+            if self.devices is not None:  # system.coupling: client c replays device devices[c]'s rows
+                trace = _reindexed_trace(trace, self.devices)
             clients = trace.clients
             if trace.device:  # samples per second -> local steps per second
                 samples = 3 * tr.batch_size
@@ -92,14 +99,19 @@ class Clock:
             self._timelines = [TraceTimeline(t, tr.repeat) for t in clients]
             self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in clients), m, self.seed, "speed")
             self._step_flops = None
+            self._trace_clients = clients
         else:
             trace = None
-            self._rates = self._timelines = None
+            self._rates = self._timelines = self._trace_clients = None
+            if self.devices is not None and not isinstance(availability, Traced):
+                from .coupling import reindexed_availability
+
+                self.system = system = replace(system, availability=reindexed_availability(availability, self.devices))
             if isinstance(compute, Speed):
-                self._speed_draws = PerClientDraws(compute.steps_per_second, m, self.seed, "speed")
+                self._speed_draws = PerClientDraws(compute.steps_per_second, m, self.seed, "speed", self.devices)
                 self._step_flops = None
             else:
-                self._speed_draws = PerClientDraws(compute.flops, m, self.seed, "flops")
+                self._speed_draws = PerClientDraws(compute.flops, m, self.seed, "flops", self.devices)
                 self._step_flops = float(cost.step_flops)
         self.transfers = self._transfers(trace, cost)
 
@@ -157,8 +169,9 @@ class Clock:
                              float(cost.upload_bytes) * 8 / 1024, **caps)
         if net is None:
             return Transfers(self.latency)
-        return Transfers(self.latency, PerClientDraws(net.down, m, self.seed, "down"), float(cost.model_bytes) * 8,
-                         PerClientDraws(net.up, m, self.seed, "up"), float(cost.upload_bytes) * 8, **caps)
+        return Transfers(self.latency, PerClientDraws(net.down, m, self.seed, "down", self.devices),
+                         float(cost.model_bytes) * 8, PerClientDraws(net.up, m, self.seed, "up", self.devices),
+                         float(cost.upload_bytes) * 8, **caps)
 
     def _check_transfers(self, trace) -> None:
         """Refuse a network (or device trace) with which no client could ever fit its download and
@@ -401,6 +414,22 @@ class Schedule:
         if self._sim is not None:
             self._sim.observed()
         return obs
+
+
+def _permutation(devices, m: int) -> np.ndarray:
+    """``devices`` as an int64 permutation of 0..m-1 (else ValueError)."""
+    d = np.asarray(devices, dtype=np.int64)
+    if d.shape != (m,) or not np.array_equal(np.sort(d), np.arange(m)):
+        raise ValueError(f"devices: need a permutation of the {m} clients' devices")
+    return d
+
+
+def _reindexed_trace(trace, devices: np.ndarray):
+    """``trace`` with client c holding device ``devices[c]``'s rows and bandwidths."""
+    clients = tuple(trace.clients[int(d)] for d in devices)
+    down = None if trace.down_kbps is None else np.asarray(trace.down_kbps)[devices]
+    up = None if trace.up_kbps is None else np.asarray(trace.up_kbps)[devices]
+    return replace(trace, clients=clients, down_kbps=down, up_kbps=up)
 
 
 def _highest(draws: PerClientDraws) -> float:

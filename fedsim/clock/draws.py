@@ -14,9 +14,14 @@ purpose        keys                        what
 ``flops``      client                      device FLOP/s (``system.compute``), drawn once
 ``down``       client                      download bandwidth (``system.network``), drawn once
 ``up``         client                      upload bandwidth (``system.network``), drawn once
+``coupling``   (none)                      ``system.coupling``: one normal per client, once
+                                           (:mod:`fedsim.clock.coupling`; not at strength 0 or 1)
 =============  ==========================  =================================================
 
 ``key`` is the round index for synchronous policies and the job sequence number for ``async``.
+With ``system.coupling`` the per-client draws above (``speed``, ``flops``, ``down``, ``up``,
+``availability``) are keyed by the client's device ``devices[c]``; ``slowdown`` and ``work`` stay
+keyed by the client.
 """
 
 from __future__ import annotations
@@ -87,10 +92,14 @@ class PerClientDraws:
     """The values of :func:`per_client`, drawn only for the clients asked for (and kept): a
     population of a million clients pays for the few that are ever selected."""
 
-    def __init__(self, spec: PerClient, num_clients: int, seed: int, purpose: str):
+    def __init__(self, spec: PerClient, num_clients: int, seed: int, purpose: str, devices: np.ndarray | None = None):
         self.spec, self.seed, self.purpose = spec, seed, purpose
         self.lazy = not isinstance(spec, (int, float, tuple, Constant))
+        #: client c's value is device ``devices[c]``'s (system.coupling, fedsim.clock.coupling); None: its own
+        self.devices = None if devices is None else np.asarray(devices, dtype=np.int64)
         self.values = np.full(num_clients, np.nan) if self.lazy else per_client(spec, num_clients, seed, purpose)
+        if not self.lazy and self.devices is not None:
+            self.values = self.values[self.devices]
 
     def take(self, clients: np.ndarray) -> np.ndarray:
         """Values of ``clients`` (an integer array)."""
@@ -98,6 +107,7 @@ class PerClientDraws:
             v = self.values[clients]
             for i in np.flatnonzero(np.isnan(v)):
                 c = int(clients[i])
-                v[i] = self.values[c] = float(self.spec.sample(stream(self.seed, self.purpose, c)))
+                d = c if self.devices is None else int(self.devices[c])
+                v[i] = self.values[c] = float(self.spec.sample(stream(self.seed, self.purpose, d)))
             return v
         return self.values[clients]

@@ -32,12 +32,15 @@ class PlotInputs:
             ``eval.every_seconds``) when it has one, else its rounds; column ``grid`` 1 or 0.
         runs: One record per run (``cell``, ``seed``, ``folder``, ...; ``find_runs``).
         target: The target accuracy ``fedsim compare`` recorded (the first one found), or None.
+        client_evals: The long ``client_evals.csv`` table (``eval.per_client``) of the runs that
+            have one (empty when none).
     """
 
     rounds: pd.DataFrame
     timed: pd.DataFrame
     runs: list[dict]
     target: float | None
+    client_evals: pd.DataFrame = None
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,11 @@ def collect(paths: Sequence[str | Path]) -> PlotInputs:
     """The rounds, time and run tables over all ``paths``; labels prefixed when several."""
     from .results import find_runs, load_compare
 
-    frames, timed, runs, target = [], [], [], None
+    frames, timed, runs, target, per_client = [], [], [], None, []
     for p in paths:
         df = load_compare(p)
         ev = load_compare(p, "evals")
+        ce = load_compare(p, "client_evals")
         found, _, tgt = find_runs(p)
         target = target if target is not None else tgt
         prefix = f"{Path(p).resolve().name}:" if len(paths) > 1 else ""
@@ -71,11 +75,14 @@ def collect(paths: Sequence[str | Path]) -> PlotInputs:
             timed.append(df[~df["folder"].isin(gridded)].assign(grid=0))
             if len(ev):
                 timed.append(ev.assign(cell=prefix + ev["cell"].astype(str), grid=1))
+            if len(ce):
+                per_client.append(ce.assign(cell=prefix + ce["cell"].astype(str)))
         for r in found:
             runs.append({**r, "cell": prefix + str(r["cell"])})
     rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     timed_df = pd.concat(timed, ignore_index=True) if timed else pd.DataFrame()
-    return PlotInputs(rounds, timed_df, runs, target)
+    client_df = pd.concat(per_client, ignore_index=True) if per_client else pd.DataFrame()
+    return PlotInputs(rounds, timed_df, runs, target, client_df)
 
 
 def target_times(timed: pd.DataFrame, target: float) -> pd.DataFrame:

@@ -41,6 +41,7 @@ __all__ = [
     "plot_tau_heatmap",
     "plot_client_timeline",
     "plot_class_mix",
+    "plot_client_accuracy",
     "save_figure",
     "plot_dir",
     "PHASE_COLORS",
@@ -497,6 +498,35 @@ def plot_class_mix(
     return fig
 
 
+def plot_client_accuracy(df: pd.DataFrame, *, colors: dict | None = None, figsize=(11, 4)):
+    """``client_evals.csv`` of several cells (``load_compare(path, "client_evals")``), mean over
+    seeds at each time: left, the accuracy of the average client (solid) and of the worst 10 %
+    (dashed); right, the slowest device tier's mean accuracy (solid) and the fastest tier's
+    (dotted). x: simulated seconds."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=figsize, dpi=DPI, layout="constrained")
+    cells = _groups(df, "cell")
+    colors = colors or dict(zip(cells, _colors(len(cells))))
+    tiers = sorted({g for g in df["group"].unique() if str(g).startswith("tier")}, key=lambda g: int(str(g)[4:]))
+    for cell in cells:
+        g = df if cell is None else df[df["cell"] == cell]
+        c = colors.get(cell)
+        for group, col, ax, ls, label in (("all", "acc_mean", left, "-", f"{cell}: mean"),
+                                          ("all", "acc_worst10", left, "--", f"{cell}: worst 10%")):
+            m = g[g["group"] == group].groupby("sim_time")[col].mean()
+            ax.plot(m.index, m.values, ls, color=c, label=label)
+        if tiers:
+            for tier, ls in ((tiers[0], "-"), (tiers[-1], ":")):
+                m = g[g["group"] == tier].groupby("sim_time")["acc_mean"].mean()
+                right.plot(m.index, m.values, ls, color=c, label=f"{cell}: {tier}")
+    left.set_title("Accuracy on the clients' own test data")
+    right.set_title("Slowest (tier0, solid) and fastest tier (dotted)")
+    for ax in (left, right):
+        ax.set_xlabel("simulated time (s)")
+        ax.set_ylabel("accuracy")
+        _legend(ax, 2 * len(cells))
+    return fig
+
+
 # --------------------------------------------------------------------------- fedsim plot
 def _slug(text: str) -> str:
     import re
@@ -518,7 +548,8 @@ def plot_dir(
     Curves (``acc_vs_time``, ``acc_vs_round``, ``loss_vs_time``, ``loss_vs_round``, and
     ``dist_vs_time`` for quadratic runs) compare all cells; against time, a run with a time grid
     (``evals.csv``) is drawn from it, and its time to target is the first grid time reaching it; ``time_to_target`` needs a target
-    (given, or recorded by ``fedsim compare``). For each cell's first seed: ``tau_<cell>``,
+    (given, or recorded by ``fedsim compare``); ``client_accuracy`` when runs have
+    ``client_evals.csv`` (:func:`plot_client_accuracy`). For each cell's first seed: ``tau_<cell>``,
     ``timeline_<cell>`` and, when the data is partitioned, ``classes_<cell>`` (written once when
     every cell shares the same partition).
 
@@ -551,6 +582,9 @@ def plot_dir(
     if has_acc and target is not None:
         written.append(save_figure(plot_time_to_target(target_times(timed, target), target, colors=colors),
                                    out / "time_to_target.png", dpi))
+    if found.client_evals is not None and len(found.client_evals):  # eval.per_client
+        written.append(save_figure(plot_client_accuracy(found.client_evals, colors=colors),
+                                   out / "client_accuracy.png", dpi))
     if not per_cell:
         return written
     partitions: list[tuple[str, pd.DataFrame]] = []

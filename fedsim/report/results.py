@@ -24,6 +24,7 @@ from .summary import SUMMARY_METRICS, aggregate_seeds, run_summary
 __all__ = [
     "MANIFEST",
     "read_evals",
+    "read_client_evals",
     "read_manifest",
     "format_value",
     "run_complete",
@@ -152,6 +153,18 @@ def read_evals(folder: str | Path) -> pd.DataFrame | None:
     return df if len(df) else None
 
 
+def read_client_evals(folder: str | Path) -> pd.DataFrame | None:
+    """A run folder's ``client_evals.csv`` (``eval.per_client``); None when it has none or no row."""
+    path = Path(folder) / "client_evals.csv"
+    if not path.is_file():
+        return None
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return None
+    return df if len(df) else None
+
+
 def load_compare(path: str | Path, table: str = "rounds") -> pd.DataFrame:
     """A tidy long DataFrame of every run under ``path``: one row per run x round.
 
@@ -159,16 +172,17 @@ def load_compare(path: str | Path, table: str = "rounds") -> pd.DataFrame:
     ``algorithm.lr``), ``seed``, then the run's ``rounds.csv`` columns and ``folder``.
     ``table="clients"`` gives ``clients.csv`` instead (one row per run x round x client). Either
     format is read (:func:`fedsim.report.parquet.read_table`). ``table="evals"``: ``evals.csv``
-    (the time grid, one row per run x grid time), for the runs that have one.
+    (the time grid, one row per run x grid time), for the runs that have one;
+    ``table="client_evals"``: ``client_evals.csv`` (one row per run x evaluation x group).
     Runs without that table yet (not started) are left out.
     """
-    if table not in ("rounds", "clients", "evals"):
-        raise ValueError("table must be 'rounds', 'clients' or 'evals'")
+    if table not in ("rounds", "clients", "evals", "client_evals"):
+        raise ValueError("table must be 'rounds', 'clients', 'evals' or 'client_evals'")
     runs, keys, _ = find_runs(path)
     frames = []
     for r in runs:
-        if table == "evals":
-            df = read_evals(r["folder"])
+        if table in ("evals", "client_evals"):
+            df = (read_evals if table == "evals" else read_client_evals)(r["folder"])
             if df is None:
                 continue
         else:

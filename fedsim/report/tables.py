@@ -77,14 +77,25 @@ def _cell(row: Any, col: str) -> Any:
     return row.get(col) if isinstance(row, Mapping) else getattr(row, col)
 
 
-class Run(NamedTuple):
+class _Tables(NamedTuple):
     rounds: pd.DataFrame
     clients: pd.DataFrame
 
 
+class Run(_Tables):
+    """``(rounds, clients)``; ``client_evals``: the run's ``client_evals.csv`` (``eval.per_client``,
+    docs/client-accuracy.md) as a DataFrame, or None when it has none."""
+
+    client_evals: "pd.DataFrame | None" = None
+
+
 def load_run(path: str | Path) -> Run:
     """The run folder's rounds and clients tables as DataFrames: ``rounds.csv`` and
-    ``clients.csv``, or the ``--format parquet`` folders (:func:`fedsim.report.parquet.read_table`)."""
+    ``clients.csv``, or the ``--format parquet`` folders (:func:`fedsim.report.parquet.read_table`);
+    ``.client_evals``: ``client_evals.csv`` when the run has one."""
     from .parquet import read_table
+    from .results import read_client_evals
 
-    return Run(read_table(path, "rounds"), read_table(path, "clients"))
+    run = Run(read_table(path, "rounds"), read_table(path, "clients"))
+    run.client_evals = read_client_evals(path)
+    return run

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -33,6 +34,8 @@ class Built:
     engine: SyncEngine
     clock: Clock
     cost: WorkCost | None
+    #: ``eval.per_client``: the sampled clients, tiers and test parts (fedsim.runner.client_evals)
+    client_evals: Any = None
 
 
 def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
@@ -62,6 +65,15 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
         from ..losses import NamedLoss
 
         loss = NamedLoss(loss, f"loss {sc.loss.name!r}")
+    coupled = sc.system.coupling is not None and sc.system.coupling.strength > 0
+    per_client = sc.eval.per_client
+    if (coupled or per_client is not None) and data is None:  # built once: trained, scored, evaluated per client
+        from ..engine.workload import dataset_for
+
+        data = dataset_for(sc)
+    held = None
+    if per_client is not None:
+        data, held = _held_out(sc, data)
     work = build_workload(sc, device, dtype, model=model, data=data, loss=loss)
     # issue 27 item 3 (data helper): a model whose size follows from an unexpected input shape is named before training
     if work.module is not None:
@@ -91,7 +103,35 @@ def build_run(sc: Scenario, *, model=None, data=None, loss=None) -> Built:
                          count_flops=sc.system.compute is not None, payload=sc.system.payload_bytes,
                          **compressors(sc))
         check_compute_steps(sc, cost.step_flops)  # issue 21.18: needs the model's FLOPs
-    return Built(engine, build_clock(sc, work.client_sizes, work.weights, cost=cost, epoch_rule=work.epoch_rule), cost)
+    clock = build_clock(sc, work.client_sizes, work.weights, cost=cost, epoch_rule=work.epoch_rule,
+                        data=data if coupled else None)
+    evals = None
+    if per_client is not None:
+        from .client_evals import prepare_client_evals
+
+        evals = prepare_client_evals(sc, data, held, clock, device, dtype)
+    return Built(engine, clock, cost, evals)
+
+
+def _held_out(sc: Scenario, data):
+    """``(data, held)`` for ``eval.per_client``: with ``holdout``, each client's held-out rows taken
+    from its training data (:mod:`fedsim.data.holdout`); data that carry per-client test parts
+    (Synthetic, LEAF / TFF files) refuse a holdout, and the quadratic problem has no test data."""
+    from ..data import FederatedData, SyntheticPopulation
+    from ..data.quadratic import QuadraticProblem
+    from ..errors import ScenarioError
+
+    share = sc.eval.per_client.holdout
+    if isinstance(data, QuadraticProblem):
+        raise ScenarioError("eval.per_client: the quadratic problem has no test data")
+    own = isinstance(data, SyntheticPopulation) or (isinstance(data, FederatedData) and data.client_test is not None)
+    if share is None:
+        return data, None
+    if own:
+        raise ScenarioError(f"eval.per_client.holdout: {sc.data.name} carries per-client test data; leave holdout unset")
+    from ..data.holdout import hold_out
+
+    return hold_out(data, share, sc.data_seed)
 
 
 def compressors(sc: Scenario) -> dict:

@@ -101,6 +101,8 @@ def run(
         grid = None
         if sc.eval.every_seconds is not None:  # evals.csv (fedsim.runner.evals)
             grid = EvalGrid(sc.eval.every_seconds, out / "evals.csv" if main else None)
+        if main and built.client_evals is not None:  # client_evals.csv (fedsim.runner.client_evals)
+            grid = _client_evals(built, out, engine, grid, sinks, start, stack)
         last = run_rounds(
             engine, schedule, start=start, rounds=sc.rounds, eval_every=sc.eval.every,
             sinks=sinks, checkpoint=checkpoint, grid=grid, replay=replay,
@@ -111,4 +113,18 @@ def run(
             write_atomic(out / "info.yaml", info_text(sc, engine, built.cost).encode())  # with the final thread record
             save_model(out / "model.pt", engine.model_state(), engine.work.is_quadratic)
     return RunSummary.of(last, data=engine.work.name)
+
+
+def _client_evals(built, out: Path, engine, grid, sinks: list, start: int, stack):
+    """``eval.per_client``: per-client rows on ``grid``'s times (the grid returned wrapped), else
+    a sink after each evaluated round (rows of rounds before ``start`` kept on resume)."""
+    from .client_evals import ClientEvals
+
+    evals = ClientEvals(built.client_evals, out / "client_evals.csv", engine)
+    if grid is not None:
+        return evals.wrap(grid)
+    evals.open(None if start == 0 else (lambda t, r: r < start))
+    stack.callback(evals.close)
+    sinks.append(evals.on_round)
+    return None
 

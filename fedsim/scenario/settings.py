@@ -9,6 +9,17 @@ from pydantic import Field, field_validator
 from ..validate import check_device_spec
 from .base import Section
 
+class PerClientEval(Section):
+    """``eval.per_client``: the global model on each sampled client's own held-out data
+    (docs/client-accuracy.md): ``clients`` sampled (uniformly, seeded by the data seed),
+    ``tiers`` speed-quantile device tiers, and ``holdout``: the share of each client's training
+    examples held out as its test data, for data without per-client test parts."""
+
+    clients: int = Field(50, ge=1, le=100_000)
+    tiers: int = Field(4, ge=1, le=1000)
+    holdout: float | None = Field(None, gt=0, lt=1)
+
+
 class EvalConfig(Section):
     """Evaluation: every ``every`` rounds; the training objective over the evaluation sample.
 
@@ -22,6 +33,8 @@ class EvalConfig(Section):
     clients: int | None = Field(None, ge=1)
     #: evaluate the model standing at simulated times S, 2S, ... into evals.csv (fedsim.runner.evals)
     every_seconds: float | None = Field(None, gt=0, le=1e9)
+    #: issue 36 item 2: accuracy on each sampled client's own test data, by device tier (client_evals.csv)
+    per_client: PerClientEval | None = None
 
 
 class EngineConfig(Section):

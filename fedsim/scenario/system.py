@@ -172,6 +172,23 @@ class ServerConfig(Section):
         return float(a)
 
 
+#: ``system.coupling.by``: the device property that is ranked (docs/devices.md, "Who is slow").
+COUPLING_BY = ("speed", "flops", "bandwidth", "availability")
+#: ``system.coupling.to``: the data property of each client it is ranked against.
+COUPLING_TO = ("dominant_label", "label_axis", "size", "feature_shift")
+
+
+class CouplingConfig(Section):
+    """``system.coupling``: devices handed to clients so that the device property ``by`` and the
+    data property ``to`` have a rank correlation set by ``strength`` (0: the independent
+    assignment, unchanged; 1: sorted). ``direction: opposite`` pairs high with low."""
+
+    by: Literal["speed", "flops", "bandwidth", "availability"] = "speed"
+    to: Literal["dominant_label", "label_axis", "size", "feature_shift"]
+    strength: float = Field(ge=0, le=1)
+    direction: Literal["same", "opposite"] = "same"
+
+
 class SystemConfig(Section):
     """System heterogeneity: speeds or device compute, network, slowdowns, latency, availability,
     measured traces."""
@@ -191,6 +208,8 @@ class SystemConfig(Section):
     #: its client is back online, while its round is open (resume)
     on_outage: Literal["fail", "resume"] = "fail"
     server: ServerConfig | None = None
+    #: issue 36: devices coupled to the clients' data (fedsim.clock.coupling)
+    coupling: CouplingConfig | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -243,7 +262,21 @@ class SystemConfig(Section):
             if self.trace_semantics == "fedscale":
                 raise FieldError("system.on_outage", "FedScale's semantics decide a job's fate at its start: "
                                   "resume needs trace_semantics fedsim")
+        self._check_coupling()
         return self
+
+    def _check_coupling(self) -> None:
+        """``system.coupling.by`` needs a system in which devices differ in that property."""
+        c = self.coupling
+        if c is None:
+            return
+        if c.by == "flops" and self.compute is None:
+            raise FieldError("system.coupling.by", "flops needs system.compute (device FLOP/s)")
+        if c.by == "bandwidth" and self.network is None and self.trace is None:
+            raise FieldError("system.coupling.by", "bandwidth needs system.network or a device trace")
+        if c.by == "availability" and self.trace is None and not isinstance(self.availability, tuple):
+            raise FieldError("system.coupling.by", "availability needs a trace or per-client offline intervals "
+                              "(a model's devices are alike in expectation)")
 
     def value(self, batch_size: int = 32):
         """The clock's :class:`fedsim.clock.model.System` (:func:`.clock_values.system_value`)."""
