@@ -24,9 +24,11 @@ Nothing here imports Ray until a session opens, so ``import fedsim`` never loads
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import math
 import os
+import re
 import secrets
 import socket
 import sys
@@ -74,10 +76,9 @@ def check_options(address: str | None, retries: int | None, gpus_per_cell: float
     """Validated :class:`RayOptions` (None: the default); ScenarioError naming the option."""
     if address is not None:
         address = str(address).strip()
-        host, sep, port = address.rpartition(":")
-        if address != "auto" and not (sep and host and port.isdigit() and 0 < int(port) < 65536
-                                      and all(c.isalnum() or c in ".-_[]:" for c in host)):
-            raise ScenarioError(f"--address {address!r}: expected auto or HOST:PORT (the head node's GCS address)")
+        if address != "auto" and not _host_port(address):
+            raise ScenarioError(f"--address {address!r}: expected auto or HOST:PORT (the head node's GCS address: "
+                                "an ASCII host name, IPv4 or [IPv6] address, and a port from 1 to 65535)")
     if retries is None:
         retries = RETRIES
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
@@ -91,6 +92,26 @@ def check_options(address: str | None, retries: int | None, gpus_per_cell: float
     if isinstance(gpus_per_cell, bool) or not 0 < g <= 1:
         raise ScenarioError(f"--gpus-per-cell: must be in (0, 1], got {gpus_per_cell!r}")
     return RayOptions(address, retries, g)
+
+
+_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def _host_port(address: str) -> bool:
+    """Whether ``address`` is ``HOST:PORT`` that a socket can be asked for: ASCII digits for a port
+    from 1 to 65535 (``int`` would take other scripts' digits, and refuse some that ``isdigit``
+    takes); a host that is a bracketed IPv6 address, or a name or IPv4 address of ASCII labels of
+    1 to 63 characters, at most 253 in all (what the IDNA codec under ``socket`` encodes)."""
+    host, sep, port = address.rpartition(":")
+    if not (sep and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        return False
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            return ipaddress.ip_address(host[1:-1]).version == 6
+        except ValueError:
+            return False
+    labels = host.split(".")
+    return host.isascii() and len(host) <= 253 and all(_LABEL.fullmatch(x) for x in labels)
 
 
 def cell_resources(sc: Scenario, gpus_per_cell: float = 1.0) -> dict:
@@ -245,8 +266,8 @@ def _probe(address: str) -> None:
     host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
-    except OSError as err:
-        why = err.strerror or type(err).__name__
+    except (OSError, UnicodeError, ValueError) as err:  # UnicodeError: the IDNA codec refused the host
+        why = getattr(err, "strerror", None) or type(err).__name__
         raise ScenarioError(f"--address {address}: no Ray cluster answers there ({why})") from None
 
 
