@@ -87,8 +87,10 @@ def test_the_checkpoint_carries_the_sha256_of_scenario_yaml(oort):
     (lambda ck: ck["observed"][0].update(round=1), "are out of order (entry 0 is for plan 1)"),
     (lambda ck: ck["observed"][1].update(steps=ck["observed"][1]["steps"][:-1]),
      "are malformed (plan 1: arrays of different lengths)"),
-    (lambda ck: ck["observed"][1].update(download=ck["observed"][1]["download"].float()),
+    (lambda ck: ck["observed"][1].update(steps=ck["observed"][1]["steps"].double()),
      "are malformed (plan 1: arrays of other shapes or types)"),
+    (lambda ck: ck["observed"][0].update(download=ck["observed"][0]["download"].reshape(-1, 1)),
+     "are malformed (plan 0: arrays of other shapes or types)"),
     (lambda ck: ck["observed"].pop(), "are not one per plan (2 plans)"),
 ])
 def test_edited_observations_are_refused_before_anything_changes(oort, tmp_path, capsys, edit, needle):

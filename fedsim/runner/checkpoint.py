@@ -161,9 +161,8 @@ def check_fingerprint(ck: dict, scenario_text: str, out: Path) -> None:
                           "this scenario.yaml's); delete it to resume from the start")
 
 
-_DTYPES = {"client": np.int64, "key": np.int64, "status": np.int8, "steps": np.int64, "download": np.float64,
-           "compute": np.float64, "upload": np.float64, "loss": np.float64, "loss_sq": np.float64,
-           "samples": np.int64}
+#: The observations' arrays that hold integers (the others hold floats).
+_INTEGERS = frozenset({"client", "key", "status", "steps", "samples"})
 _JOB_STATUSES = [STATUSES.index(s) for s in ("completed", "dropped", "failed")]
 
 
@@ -186,8 +185,8 @@ def check_observed(ck: dict, out: Path, table_format: str, num_clients: int) -> 
         if not isinstance(d, dict) or set(d) != {"round", "time", *_ARRAYS}:
             raise bad(f"are malformed (plan {k})")
         arrays = {name: d[name] for name in _ARRAYS}
-        if not all(isinstance(a, torch.Tensor) and a.dim() == 1 and a.dtype == getattr(torch, np.dtype(t).name)
-                   for a, t in zip(arrays.values(), _DTYPES.values())):
+        if not all(isinstance(a, torch.Tensor) and a.dim() == 1 and a.dtype != torch.bool
+                   and a.is_floating_point() == (name not in _INTEGERS) for name, a in arrays.items()):
             raise bad(f"are malformed (plan {k}: arrays of other shapes or types)")
         arrays = {name: a.numpy() for name, a in arrays.items()}
         if len({len(a) for a in arrays.values()}) != 1:
@@ -204,17 +203,20 @@ def check_observed(ck: dict, out: Path, table_format: str, num_clients: int) -> 
         if not np.isin(arrays["status"], _JOB_STATUSES).all():
             raise bad(f"hold a status no job ends with (plan {k})")
         entries.append((t, arrays))
-    rounds, clients = _tables(out, table_format, ck["table_sizes"])
-    if len(rounds) != n:
-        raise bad(f"do not match rounds ({len(rounds)} rows for {n} plans)")
     codes = {name: i for i, name in enumerate(STATUSES)}
     offline = codes["offline"]
-    status_all = np.array([codes.get(x, -1) for x in clients["status"].astype(str).tolist()], dtype=np.int64)
-    round_all, client_all, steps_all = (np.array([int(v) for v in clients[c].tolist()], dtype=np.int64)
-                                        for c in ("round", "client", "steps"))
+    try:
+        rounds, clients = _tables(out, table_format, ck["table_sizes"])
+        status_all = np.array([codes.get(x, -1) for x in clients["status"].astype(str).tolist()], dtype=np.int64)
+        round_all, client_all, steps_all = (np.array([int(v) for v in clients[c].tolist()], dtype=np.int64)
+                                            for c in ("round", "client", "steps"))
+        sim_time = np.array([float(v) for v in rounds["sim_time"].tolist()], dtype=np.float64)
+    except Exception:  # noqa: BLE001 - any unreadable cell: the tables cannot confirm the log
+        raise bad("cannot be checked against the tables (a cell of rounds or clients is unreadable)") from None
+    if len(rounds) != n:
+        raise bad(f"do not match rounds ({len(rounds)} rows for {n} plans)")
     order = np.argsort(round_all, kind="stable")
     bounds = np.searchsorted(round_all[order], np.arange(n + 1))
-    sim_time = np.array([float(v) for v in rounds["sim_time"].tolist()], dtype=np.float64)
     for k, (t, a) in enumerate(entries):
         rows = order[bounds[k]:bounds[k + 1]]
         rows = rows[status_all[rows] != offline]
