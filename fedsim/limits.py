@@ -12,7 +12,7 @@ __all__ = [
     "MAX_SEED", "MAX_ROUNDS", "MAX_CLIENTS", "MIN_SPEED", "MAX_SPEED", "MIN_SLOWDOWN", "MAX_SLOWDOWN",
     "MAX_SIGMA", "MAX_SECONDS", "MAX_STEPS_PER_JOB", "MAX_EPOCHS", "MAX_SEEDS", "MAX_COMPARE_RUNS", "MAX_EVAL_ROWS",
     "MIN_DIURNAL_PERIOD", "MIN_DIURNAL_LEVEL", "MAX_TRACE_BYTES", "MAX_TRACE_ROWS", "MAX_PART_ROWS", "MAX_DPI",
-    "MAX_CORE_WAIT_S", "MAX_LEAF_FILE_BYTES", "MAX_JSON_VALUE_BYTES", "MAX_JSON_DEPTH", "MAX_MAPPING_BYTES",
+    "MAX_CORE_WAIT_S", "MAX_LEAF_FILE_BYTES", "MAX_JSON_VALUE_BYTES", "MAX_JSON_VALUE_COST", "MAX_JSON_DEPTH", "MAX_MAPPING_BYTES",
     "MAX_DATA_ROWS", "MAX_LINE_BYTES", "MAX_SAMPLE_BYTES", "MAX_IMAGE_PIXELS", "MAX_DECODED_BYTES",
     "MAX_TEST_BYTES", "MAX_PAYLOAD_BYTES",
     "MAX_MODEL_PARAMETERS", "MAX_MODEL_WIDTH", "MAX_MODEL_LAYERS", "MAX_EVAL_BYTES",
@@ -83,6 +83,12 @@ MAX_LEAF_FILE_BYTES = 2**32
 #: Largest JSON value parsed at once (bytes, 64 MiB): a LEAF file's ``users`` or ``num_samples``
 #: list, or one user's ``{"x": ..., "y": ...}``.
 MAX_JSON_VALUE_BYTES = 64 * 2**20
+#: Most memory one JSON value may take once parsed (bytes, 256 MiB), estimated from its text before
+#: it is parsed (``fedsim.data.formats.leaf.parsed_cost``): its bytes plus 96 per element (``,``
+#: ``[`` ``:``) and 192 more per object (``{``), at least what CPython's objects cost (a
+#: one-character string 58 to 88 bytes with its pointer, a float 32, an empty list 64, a one-key
+#: dict 192). A 60 MiB ``users`` list of one-letter names is 15.7 million strings, about 1 GiB parsed.
+MAX_JSON_VALUE_COST = 256 * 2**20
 #: Deepest nesting of JSON arrays and objects in a LEAF file (LEAF's own files nest 4 deep).
 MAX_JSON_DEPTH = 32
 #: Largest FedScale ``client_data_mapping`` CSV (bytes, 1 GiB).

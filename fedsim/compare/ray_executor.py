@@ -8,9 +8,17 @@ them beside the run's folder (each file with :class:`fedsim.atomic.AtomicFile`) 
 staged folder into place. No filesystem is shared between nodes, and a run folder in the comparison
 is either complete or absent: a driver stopped at any point resumes with the same command.
 
-Resources of a task follow its cell: ``engine.threads`` CPUs (1 when unset), and ``gpus_per_cell``
-of a GPU when ``engine.device`` is ``cuda``; a cell that asks for no GPU sees none
-(``CUDA_VISIBLE_DEVICES`` empty), so ``engine.device: auto`` runs on the CPU.
+Threads are fixed when the session opens, by the rule a local run follows
+(:mod:`fedsim.engine.threads`): the driver's thread budget B goes with every task, and the worker
+runs inside :func:`~fedsim.engine.threads.fixed_budget` (B), so it picks the threads and the chunk
+of clients a local run of the cell picks, whatever ``OMP_NUM_THREADS`` Ray gave it, and writes
+the same ``info.yaml``. Resources of a task follow its cell (:func:`planned_threads`):
+``engine.threads`` CPUs when pinned, 1 for the quadratic problem (the rule's one thread), else B
+(the rule's count for batched chunks and conv nets; a model it steps one client at a time holds B
+CPUs and uses one) -- on a cluster whose largest node has fewer CPUs than B, that many, the run
+still using B threads; and ``gpus_per_cell`` of a GPU when ``engine.device`` is ``cuda``. A cell
+that asks for no GPU sees none (``CUDA_VISIBLE_DEVICES`` empty), so ``engine.device: auto`` runs
+on the CPU.
 
 Faults: a task whose worker process or node is lost (any Ray system error: the worker crashed or
 was killed, the node died, the memory monitor killed it, its result was lost) is submitted again,
@@ -24,9 +32,11 @@ Nothing here imports Ray until a session opens, so ``import fedsim`` never loads
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
 import math
 import os
+import re
 import secrets
 import socket
 import sys
@@ -41,7 +51,7 @@ from ..scenario import Scenario, ScenarioError, dump_scenario
 from .plan import CompareRun
 from .runfiles import read_folder, remove_leftovers, snapshot, store_folder, write_folder
 
-__all__ = ["RETRIES", "RayOptions", "check_options", "cell_resources", "RaySession"]
+__all__ = ["RETRIES", "RayOptions", "check_options", "planned_threads", "cell_resources", "RaySession"]
 
 #: Default number of times a run is submitted again after its worker process or node was lost.
 RETRIES = 3
@@ -74,10 +84,9 @@ def check_options(address: str | None, retries: int | None, gpus_per_cell: float
     """Validated :class:`RayOptions` (None: the default); ScenarioError naming the option."""
     if address is not None:
         address = str(address).strip()
-        host, sep, port = address.rpartition(":")
-        if address != "auto" and not (sep and host and port.isdigit() and 0 < int(port) < 65536
-                                      and all(c.isalnum() or c in ".-_[]:" for c in host)):
-            raise ScenarioError(f"--address {address!r}: expected auto or HOST:PORT (the head node's GCS address)")
+        if address != "auto" and not _host_port(address):
+            raise ScenarioError(f"--address {address!r}: expected auto or HOST:PORT (the head node's GCS address: "
+                                "an ASCII host name, IPv4 or [IPv6] address, and a port from 1 to 65535)")
     if retries is None:
         retries = RETRIES
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
@@ -93,11 +102,48 @@ def check_options(address: str | None, retries: int | None, gpus_per_cell: float
     return RayOptions(address, retries, g)
 
 
-def cell_resources(sc: Scenario, gpus_per_cell: float = 1.0) -> dict:
-    """The Ray resources of a run of ``sc``: ``num_cpus`` = ``engine.threads`` (1 when unset) and
+_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+
+
+def _host_port(address: str) -> bool:
+    """Whether ``address`` is ``HOST:PORT`` that a socket can be asked for: ASCII digits for a port
+    from 1 to 65535 (``int`` would take other scripts' digits, and refuse some that ``isdigit``
+    takes); a host that is a bracketed IPv6 address, or a name or IPv4 address of ASCII labels of
+    1 to 63 characters, at most 253 in all (what the IDNA codec under ``socket`` encodes)."""
+    host, sep, port = address.rpartition(":")
+    if not (sep and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        return False
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            return ipaddress.ip_address(host[1:-1]).version == 6
+        except ValueError:
+            return False
+    labels = host.split(".")
+    return host.isascii() and len(host) <= 253 and all(_LABEL.fullmatch(x) for x in labels)
+
+
+def planned_threads(sc: Scenario, budget: int | None = None) -> int:
+    """The CPUs a run of ``sc`` is planned to use, by the engine's thread rule as far as the
+    scenario decides it (:func:`fedsim.engine.threads.default_threads`): ``engine.threads`` when
+    pinned; 1 for the quadratic problem; else the thread budget ``budget`` (None: this process's
+    :func:`~fedsim.engine.threads.thread_budget`), the count the rule gives batched chunks and
+    conv nets, and the most it gives any run."""
+    if sc.engine.threads:
+        return int(sc.engine.threads)
+    if sc.data.name == "quadratic" or sc.data.centers is not None:
+        return 1
+    if budget is None:
+        from ..engine.threads import thread_budget  # torch: only when a budget is needed
+
+        budget = thread_budget()
+    return int(budget)
+
+
+def cell_resources(sc: Scenario, gpus_per_cell: float = 1.0, budget: int | None = None) -> dict:
+    """The Ray resources of a run of ``sc``: ``num_cpus`` = :func:`planned_threads` and
     ``num_gpus`` = ``gpus_per_cell`` when ``engine.device`` is ``cuda``, else 0."""
     gpu = sc.engine.device == "cuda"
-    return {"num_cpus": int(sc.engine.threads or 1), "num_gpus": float(gpus_per_cell) if gpu else 0.0}
+    return {"num_cpus": planned_threads(sc, budget), "num_gpus": float(gpus_per_cell) if gpu else 0.0}
 
 
 def check_cells(runs: Sequence[CompareRun]) -> None:
@@ -217,10 +263,13 @@ def _prepare_worker(plugins: Sequence[str], pieces: Sequence[tuple]) -> None:
 
 
 def _cell(run_one: Callable, scenario_text: str, table_format: str, plugins: tuple, pieces: list, old: dict | None,
-          gpu: bool):
+          gpu: bool, budget: int | None = None):
     """The Ray task of one run (a generator): yields where it started, then ``{"result", "files"}``.
-    ``run_one(scenario_text, folder, table_format)`` runs it (:func:`fedsim.compare.execute.run_one`)."""
+    ``run_one(scenario_text, folder, table_format)`` runs it (:func:`fedsim.compare.execute.run_one`)
+    with the thread budget ``budget`` the driver planned (:func:`fedsim.engine.threads.fixed_budget`)."""
     import ray
+
+    from ..engine.threads import fixed_budget
 
     yield {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
     if not gpu:  # a cell that holds no GPU uses none (device auto -> cpu)
@@ -230,7 +279,8 @@ def _cell(run_one: Callable, scenario_text: str, table_format: str, plugins: tup
         folder = Path(tmp) / "run"
         if old is not None:
             write_folder(folder, old)
-        res = run_one(scenario_text, str(folder), table_format)
+        with fixed_budget(budget):  # the threads and chunk a local run of the cell chooses
+            res = run_one(scenario_text, str(folder), table_format)
         files = read_folder(folder)
     yield {"result": res, "files": files}
 
@@ -245,8 +295,8 @@ def _probe(address: str) -> None:
     host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
-    except OSError as err:
-        why = err.strerror or type(err).__name__
+    except (OSError, UnicodeError, ValueError) as err:  # UnicodeError: the IDNA codec refused the host
+        why = getattr(err, "strerror", None) or type(err).__name__
         raise ScenarioError(f"--address {address}: no Ray cluster answers there ({why})") from None
 
 
@@ -316,6 +366,8 @@ class RaySession:
         self.ray: Any = None
         self.owned = False  # this session called ray.init (and so shuts it down)
         self._environ: dict[str, str | None] = {}  # variables set for a private instance, restored by close
+        self.budget: int | None = None  # the driver's thread budget, fixed when the session opens
+        self.largest_cpus: float | None = None  # CPUs of the cluster's largest node (``_check_fit``)
         self._cluster_mode: bool | None = None  # Ray's ENABLE_RAY_CLUSTER before a private instance
         self._logger_level: int | None = None  # of Ray's token-setup logger, quieted for a private instance
 
@@ -328,6 +380,9 @@ class RaySession:
                 the instance this session starts) a cell asking for more than the machine has.
         """
         check_cells(runs)
+        from ..engine.threads import thread_budget
+
+        self.budget = thread_budget()  # plan time: every task runs with this machine's budget
         try:
             import ray
         except ImportError:
@@ -398,11 +453,20 @@ class RaySession:
         nodes = [n.get("Resources", {}) for n in self.ray.nodes() if n.get("Alive")]
         cpus = max((n.get("CPU", 0) for n in nodes), default=0)
         gpus = max((n.get("GPU", 0) for n in nodes), default=0)
+        self.largest_cpus = cpus
+        capped = False
         for r in runs:
-            need = cell_resources(r.scenario, self.options.gpus_per_cell)
+            need = cell_resources(r.scenario, self.options.gpus_per_cell, self.budget)
             short = []
-            if need["num_cpus"] > cpus:
-                short.append(f"{need['num_cpus']} CPUs (engine.threads; the largest node has {cpus:g})")
+            pinned = bool(r.scenario.engine.threads)
+            if need["num_cpus"] > cpus and not pinned and cpus >= 1:
+                if not capped:  # a node smaller than this machine: ask for what fits, run the planned threads
+                    capped = True
+                    self.log(f"runs planned with this machine's thread budget ({need['num_cpus']} threads) ask Ray for "
+                             f"the largest node's {cpus:g} CPUs and still run {need['num_cpus']} threads, as locally")
+            elif need["num_cpus"] > cpus:
+                why = "engine.threads" if pinned else "the thread budget"
+                short.append(f"{need['num_cpus']} CPUs ({why}; the largest node has {cpus:g})")
             if need["num_gpus"] > gpus:
                 short.append(f"a GPU (engine.device cuda; the largest node has {gpus:g})")
             if not short:
@@ -459,13 +523,17 @@ class RaySession:
         t0 = time.perf_counter()
 
         def submit(r: CompareRun, attempt: int) -> None:
-            need = cell_resources(r.scenario, opts.gpus_per_cell)
+            need = cell_resources(r.scenario, opts.gpus_per_cell, self.budget)
+            cpus = need["num_cpus"]
+            if not r.scenario.engine.threads and self.largest_cpus is not None and self.largest_cpus >= 1:
+                cpus = min(cpus, int(self.largest_cpus))  # a node smaller than the budget: the run still uses it
             snap = snapshot(r.folder)
             snapshots[r.folder] = snap
             old = ray.put(read_folder(r.folder)) if snap is not None else None
             fn = gpu_fn if need["num_gpus"] else cpu_fn
-            gen = fn.options(num_cpus=need["num_cpus"], num_gpus=need["num_gpus"], num_returns="streaming").remote(
-                run_one, dump_scenario(r.scenario), table_format, self.plugins, pieces_ref, old, bool(need["num_gpus"]))
+            gen = fn.options(num_cpus=cpus, num_gpus=need["num_gpus"], num_returns="streaming").remote(
+                run_one, dump_scenario(r.scenario), table_format, self.plugins, pieces_ref, old, bool(need["num_gpus"]),
+                self.budget)
             pending[gen] = _Attempt(r, gen, attempt)
 
         def line() -> str:

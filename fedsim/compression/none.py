@@ -48,4 +48,5 @@ def check_with_payload(algorithm, payload_bytes) -> None:
     for path, section in ((UPLINK, algorithm.compression), (DOWNLINK, algorithm.downlink_compression)):
         if section is not None and not isinstance(section.compressor(), Identity):
             raise FieldError("system.payload_bytes", f"not with {path} {section.name!r}: a compressor declares "
-                              "its bytes from the model's parameter count (docs/compression.md)")
+                              "its bytes from the model's parameter count (docs/compression.md, "
+                              '"Bytes on the clock")')

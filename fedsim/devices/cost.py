@@ -17,6 +17,12 @@
   element size b, an upload the uplink compressor's plus n b bytes of control-variate change
   (:func:`fedsim.compression.apply.upload_bytes`, ``download_bytes``); ``none`` is the raw rule.
 
+Counting leaves nothing behind: the first ``FlopCounterMode`` pass imports ``torch._dynamo``, whose
+import makes an (empty) ``torchinductor_<user>`` cache folder in the temporary directory and sets
+``TORCHINDUCTOR_CACHE_DIR``; :func:`step_flops` imports it itself and removes that folder when the
+import made it and it is still empty, and unsets the variable when it was unset
+(:func:`_import_dynamo_tidily`).
+
 The quadratic problem has no model and so no cost: :func:`work_cost` refuses it (ValueError naming
 ``model.name``), so compute- or network-based timing cannot be asked of it.
 """
@@ -24,6 +30,9 @@ The quadratic problem has no model and so no cost: :func:`work_cost` refuses it 
 from __future__ import annotations
 
 import copy
+import os
+import sys
+import tempfile
 from typing import Callable, Mapping
 
 import torch
@@ -57,6 +66,7 @@ def step_flops(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     from torch.utils.flop_counter import FlopCounterMode
 
+    _import_dynamo_tidily()
     loss = loss or nn.functional.cross_entropy
     meta = copy.deepcopy(module).to("meta").eval()
     x = torch.zeros((batch_size, *input_shape), device="meta")
@@ -65,6 +75,38 @@ def step_flops(
         y = torch.zeros(out.shape[0], dtype=torch.long, device="meta")
         loss(out, y).backward()
     return int(counter.get_total_flops())
+
+
+def _import_dynamo_tidily() -> None:
+    """Import ``torch._dynamo`` (what a ``FlopCounterMode`` pass imports on first use) and undo what
+    its import leaves behind: the ``torchinductor_<user>`` cache folder it creates in the temporary
+    directory (a ``torchinductor_*`` folder there that the import made is removed while it is
+    empty, empty sub-folders too; one that was there before stays) and ``TORCHINDUCTOR_CACHE_DIR``
+    in the environment (unset again when it was unset; a folder it names is the user's and stays).
+    A no-op once ``torch._dynamo`` is imported."""
+    if "torch._dynamo" in sys.modules:
+        return
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    tmp = tempfile.gettempdir()
+    before = set(_inductor_folders(tmp))
+    import torch._dynamo  # noqa: F401 - the import whose side effects are undone here
+
+    if given is not None:
+        return
+    os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    for name in set(_inductor_folders(tmp)) - before:
+        for root, _, _ in sorted(os.walk(os.path.join(tmp, name)), key=lambda entry: -len(entry[0])):
+            try:
+                os.rmdir(root)  # only empty folders: anything written there stays
+            except OSError:
+                pass
+
+
+def _inductor_folders(tmp: str) -> list[str]:
+    try:
+        return [n for n in os.listdir(tmp) if n.startswith("torchinductor_")]
+    except OSError:
+        return []
 
 
 def model_bytes(params: Mapping[str, torch.Tensor] | nn.Module) -> int:

@@ -6,6 +6,9 @@
   among them and by ``OMP_NUM_THREADS`` when set, divided among torchrun's local ranks.
 * ``default_threads(work, chunk)`` -- 1 for the closed-form quadratic and a small model stepped one
   client at a time, the budget for batched chunks and conv nets; ``engine.threads`` pins it.
+* ``fixed_budget(n)`` -- the budget a comparison's plan fixed (``fedsim compare --executor ray``:
+  the driver's own budget, so that a Ray worker, whose ``OMP_NUM_THREADS`` Ray sets to its task's
+  CPUs, chooses the threads and chunk a local run chooses; docs/comparisons.md).
 
 The count depends on the machine, the launch and the scenario only, never on what else runs:
 float32 results depend on it (oneDNN and torch kernels split their reductions by thread; measured:
@@ -44,6 +47,7 @@ __all__ = [
     "physical_cores",
     "cgroup_cpus",
     "thread_budget",
+    "fixed_budget",
     "default_threads",
     "set_threads",
     "hold_cores",
@@ -55,7 +59,7 @@ __all__ = [
 SLOTS = Path(tempfile.gettempdir()) / f"fedsim-cores-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 _state: dict = {"rule": None, "cpus": None, "files": {}, "held": False, "waited": 0.0, "rounds": 0, "dir": None,
-                "bypass": None, "queue": None, "noticed": -math.inf}
+                "bypass": None, "queue": None, "noticed": -math.inf, "budget": None}
 
 
 def cgroup_cpus(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
@@ -135,13 +139,31 @@ def usable_cores() -> int:
 
 def thread_budget() -> int:
     """Most intra-op threads one run uses: usable cores, at most the physical cores among them and
-    ``OMP_NUM_THREADS`` when set, shared among torchrun's local ranks. Independent of other runs."""
+    ``OMP_NUM_THREADS`` when set, shared among torchrun's local ranks. Independent of other runs.
+    Inside :func:`fixed_budget`, the budget it fixed."""
+    if _state["budget"] is not None:
+        return _state["budget"]
     n = min(usable_cores(), physical_cores(_affinity()))
     omp = os.environ.get("OMP_NUM_THREADS", "").strip()
     if omp.isdigit() and int(omp) > 0:
         n = min(n, int(omp))
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     return max(1, n // local)
+
+
+@contextmanager
+def fixed_budget(n: int | None):
+    """Within the block, :func:`thread_budget` is ``n`` (None: the machine's, as outside): the
+    budget a plan fixed for the runs it sends to another process (a Ray worker), so that they
+    choose their threads and chunk by the same rule, from the same budget, as a local run."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"thread budget must be an integer >= 1, got {n!r}")
+    before = _state["budget"]
+    _state["budget"] = n
+    try:
+        yield
+    finally:
+        _state["budget"] = before
 
 
 def _is_conv(work: Workload) -> bool:
@@ -168,6 +190,7 @@ def set_threads(pinned: int | None, work: Workload, chunk: int) -> int:
     the rule is remembered for ``threads_info``. Returns the count."""
     n = pinned or default_threads(work, chunk)
     _state["rule"] = "pinned" if pinned else _rule(work, chunk)
+    _state["waited"], _state["rounds"] = 0.0, 0  # info.yaml's record is this run's, not the process's
     torch.set_num_threads(n)
     return n
 

@@ -28,7 +28,7 @@ from typing import Collection, Iterator
 
 import torch
 
-from .checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, load_checkpoint
+from .checkpoint import CHECKPOINT, PARQUET_TABLES, TABLES, check_fingerprint, check_observed, load_checkpoint
 from ..records import ClientRecord, RoundRecord, client_columns, columns
 from ..limits import MAX_SCENARIO_BYTES
 from ..report.parquet import (TMP_NAME, ParquetTableWriter, TableError, check_part_files, cut_parts, open_part,
@@ -216,12 +216,16 @@ def open_for_resume(
     than this version writes; a ``rounds.csv`` whose row count there is not the checkpoint's
     round (Parquet: fewer parts than recorded, a gap in their numbers, other columns, or another
     row count of rounds in those parts); a checkpoint that is not a fedsim checkpoint
-    (:func:`fedsim.runner.checkpoint.load_checkpoint`), is past the run's end or holds other parameters
-    than ``params`` (the model's names); an ``evals.csv`` the run would read back that is larger
+    (:func:`fedsim.runner.checkpoint.load_checkpoint`), carries no fingerprint or another scenario's
+    (:func:`~fedsim.runner.checkpoint.check_fingerprint`), is past the run's end, holds other parameters
+    than ``params`` (the model's names) or observations the tables do not show
+    (:func:`~fedsim.runner.checkpoint.check_observed`); an ``evals.csv`` the run would read back that is larger
     than ``MAX_EVAL_BYTES`` or holds a row fedsim does not write (:func:`fedsim.runner.evals.check_evals`).
     """
     check_folder(sc, out, resume=True)
     ck = load_checkpoint(out)
+    if ck is not None:
+        check_fingerprint(ck, dump_scenario(sc), out)  # a checkpoint of another run (or of an older fedsim)
     if ck is not None and sc.eval.every_seconds is not None and (out / "evals.csv").is_file():
         check_evals(out / "evals.csv", f"--resume {out}: evals.csv")  # its rows are read back after the cut
     fmt = stored_format(out, ck) or table_format or "csv"
@@ -241,6 +245,8 @@ def open_for_resume(
                 _check_parts(out, name, size, cols, ck["next_round"] if name == "rounds.parquet" else None)
             else:
                 _check_table(out, name, size, cols, ck["next_round"] + 1 if name == "rounds.csv" else None)
+        if "observed" in ck:  # what a feedback rule replays must be what the tables say it saw
+            check_observed(ck, out, fmt, sc.data.num_clients)
     for name, size in sizes.items():
         if fmt == "parquet":
             cut_parts(out / name, size)

@@ -25,9 +25,15 @@ the folder's size. Folders up to ``validate_bytes`` are also parsed in full at o
 decoded and checked, then dropped), so a bad user fails before a run starts; in bigger folders a
 user is checked when first read.
 
+Duplicate keys are read as ``json.loads`` (LEAF's reader) reads them: the last one wins. A file
+with two ``"user_data"`` objects holds the users of the second; a user twice in ``user_data`` (or
+a key twice in a user's object) is its last entry.
+
 Bounds (:mod:`fedsim.limits`): a file is a regular file of at most ``MAX_LEAF_FILE_BYTES``; JSON
 nests at most ``MAX_JSON_DEPTH`` deep; a value parsed at once (``users``, ``num_samples``, one
-user's examples) is at most ``MAX_JSON_VALUE_BYTES``.
+user's examples) is at most ``MAX_JSON_VALUE_BYTES`` of text and at most ``MAX_JSON_VALUE_COST``
+bytes of memory once parsed, estimated from its text before it is parsed (:func:`parsed_cost`):
+a list of 15 million one-letter names is 60 MiB of text but about 1 GiB of Python strings.
 """
 
 from __future__ import annotations
@@ -47,9 +53,10 @@ from fedsim.data.errors import DataNotFound
 from fedsim.data.federated import FederatedData
 from fedsim.data.formats.errors import DataFormatError, check_client, short, test_parts, who
 from fedsim.data.formats.files import open_regular
-from fedsim.limits import MAX_CLIENTS, MAX_INT, MAX_JSON_DEPTH, MAX_JSON_VALUE_BYTES, MAX_LEAF_FILE_BYTES
+from fedsim.limits import (MAX_CLIENTS, MAX_INT, MAX_JSON_DEPTH, MAX_JSON_VALUE_BYTES, MAX_JSON_VALUE_COST,
+                           MAX_LEAF_FILE_BYTES)
 
-__all__ = ["LeafIndex", "load_leaf", "scan_leaf_file", "VALIDATE_BYTES", "LEAF_EPOCHS"]
+__all__ = ["LeafIndex", "load_leaf", "scan_leaf_file", "parsed_cost", "VALIDATE_BYTES", "LEAF_EPOCHS"]
 
 VALIDATE_BYTES = 256 * 2**20  # folders up to this size are decoded in full when opened
 #: LEAF's local epoch: ceil(n_i / B) minibatches (``models/utils/model_utils.py`` ``batch_data``
@@ -266,10 +273,47 @@ def _object_items(s: Any, i: int, path: Path):
         return _expect(s, i, b"}", path)
 
 
+#: Bytes of memory a parsed JSON value may take per element (a ``,`` ``[`` or ``:`` in its text) at
+#: most, and per object (``{``) on top (:func:`parsed_cost`).
+ELEMENT_COST, OBJECT_COST = 96, 192
+
+
+def parsed_cost(s: Any, start: int, end: int) -> int:
+    """An upper estimate of the bytes of memory ``json.loads(s[start:end])`` takes: the text's bytes
+    (a string's characters) plus ``ELEMENT_COST`` per ``,``, ``[`` and ``:`` (each element and key:
+    its object and pointer) and ``OBJECT_COST`` more per ``{`` (a dict's table), plus one
+    ``ELEMENT_COST`` for the value itself. Such bytes inside strings count too (an overestimate).
+    Counted with numpy over the text (about 1 GB/s), without parsing it."""
+    n = end - start
+    if n <= 0:
+        return 0
+    block = np.frombuffer(s, dtype=np.uint8, count=n, offset=start)
+    try:
+        elements = sum(int(np.count_nonzero(block == c)) for c in b",[:")
+        objects = int(np.count_nonzero(block == ord("{")))
+    finally:
+        del block  # no view of a memory map outlives the call
+    return n + ELEMENT_COST * (1 + elements + objects) + OBJECT_COST * objects
+
+
+def _check_cost(s: Any, start: int, end: int, path: Path, what: str) -> None:
+    """DataFormatError (one line naming the file and the value) when parsing ``s[start:end]`` could
+    take more than ``MAX_JSON_VALUE_COST`` bytes of memory (:func:`parsed_cost`); a value too short
+    to reach it is not counted."""
+    if (end - start) * (ELEMENT_COST + OBJECT_COST + 1) <= MAX_JSON_VALUE_COST:
+        return
+    cost = parsed_cost(s, start, end)
+    if cost > MAX_JSON_VALUE_COST:
+        raise DataFormatError(path, f"{what} would take about {cost:,} bytes of memory parsed ({end - start:,} bytes "
+                                    f"of text), more than {MAX_JSON_VALUE_COST:,} (MAX_JSON_VALUE_COST)")
+
+
 def _parse(s: Any, start: int, end: int, path: Path, what: str) -> Any:
-    """``json.loads`` of ``s[start:end]``, at most ``MAX_JSON_VALUE_BYTES``."""
+    """``json.loads`` of ``s[start:end]``, at most ``MAX_JSON_VALUE_BYTES`` of text and
+    ``MAX_JSON_VALUE_COST`` bytes of memory parsed (checked before parsing)."""
     if end - start > MAX_JSON_VALUE_BYTES:
         raise DataFormatError(path, f"{what} is larger than {MAX_JSON_VALUE_BYTES:,} bytes")
+    _check_cost(s, start, end, path, what)
     try:
         return _loads(s[start:end])
     except (JSONDecodeError, UnicodeDecodeError) as err:
@@ -300,6 +344,7 @@ def _user_value(s: Any, i: int, path: Path, user: str) -> tuple[int, int]:
         end = stop.value
     if end - i > MAX_JSON_VALUE_BYTES:
         raise DataFormatError(path, f"{who('user', user)}: examples larger than {MAX_JSON_VALUE_BYTES:,} bytes")
+    _check_cost(s, i, end, path, f"{who('user', user)}: examples")
     if found is None or x_span is None:
         raise DataFormatError(path, f'{who("user", user)}: expected {{"x": [...], "y": [...]}}')
     if found == 0:  # no examples, unless x has some: then the user is damaged, not empty
@@ -349,14 +394,13 @@ def _scan(s: Any, path: Path):
         key, i = next(items)
         while True:
             seen.add(key)
-            if key == "user_data":
+            if key == "user_data":  # a second "user_data" replaces the first, as in json.loads
+                spans, found = {}, {}
                 inner = _object_items(s, i, path)
                 try:
                     user, j = next(inner)
-                    while True:
-                        if user in spans:
-                            raise DataFormatError(path, f"{who('user', user)} appears twice in user_data")
-                        if len(spans) >= MAX_CLIENTS:
+                    while True:  # a user twice: its last entry, as in json.loads
+                        if user not in spans and len(spans) >= MAX_CLIENTS:
                             raise DataFormatError(path, f"more than {MAX_CLIENTS:,} users")
                         end, found[user] = _user_value(s, j, path, user)
                         spans[user] = (j, end)
