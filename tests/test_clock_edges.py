@@ -7,10 +7,12 @@ naming the cause. Expected values are worked out by hand in each docstring."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
 from _tiny_runs import exit_2
+from fedsim.availability.markov import MarkovAvailability
 from fedsim.cli import main
 from fedsim.clock import Clock, ClockError, Population, WorkCost
 from fedsim.clock.availability import ToggleStates
@@ -206,6 +208,30 @@ def test_the_issues_markov_world_stops_in_one_line(write_yaml, tmp_path, capsys)
     assert "sat out 10,000 outages in a row without finishing a local step or a transfer" in err
 
 
+@pytest.mark.parametrize("kind", ["arrays", "timelines"])
+def test_a_cursor_reads_what_the_toggle_times_say(kind):
+    """A cursor (copied arrays for Markov's ``MarkovStates``, drawn-ahead times for the default
+    ``TimelineStates``) asked at increasing times gives online = initial XOR (an odd number of
+    toggles <= t) and the first toggle after t, from each client's own toggle list."""
+    import bisect
+
+    import numpy as np
+
+    from fedsim.clock.availability import TimelineStates, checked_timelines
+
+    model = MarkovAvailability(model="markov", mean_online=2.0, mean_offline=1.0).clock_value()
+    timelines = model.timelines(3, 7)
+    toggles = [list(itertools.islice(tl.toggles(), 400)) for tl in timelines]
+    states = model.states(3, 7) if kind == "arrays" else TimelineStates(checked_timelines(model, 3, 7))
+    times = np.sort(np.random.default_rng(0).uniform(0, 200, 300))
+    for c in range(3):
+        cursor = states.cursor(np.array([c]))
+        for t in sorted(times.tolist() + [toggles[c][50]]):  # a time exactly at a toggle too
+            online, nxt = cursor.at(t)
+            n = bisect.bisect_right(toggles[c], t)
+            assert (bool(online[0]), float(nxt[0])) == (timelines[c].initial ^ bool(n % 2), toggles[c][n])
+
+
 # ----------------------------------------------------------------------------- item 4: aggregation FLOPs
 def test_aggregation_flops_take_the_models_parameter_count(write_yaml, tmp_path, capsys):
     """wait, 2 clients at 5 steps/s, 3 steps, no latency: uploads at 0.6 s. The server at 1e6
@@ -223,3 +249,17 @@ def test_aggregation_flops_take_the_models_parameter_count(write_yaml, tmp_path,
     for out in ("s", "t"):
         times = pd.read_csv(tmp_path / out / "rounds.csv")["sim_time"].tolist()
         assert times == pytest.approx([round_, 2 * round_], rel=1e-12, abs=0)
+
+
+# ----------------------------------------------------------------------------- what the docs state
+def test_the_docs_state_the_guards_bounds():
+    from fedsim.clock.sim import idle_bound
+
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    clock_md = " ".join((docs / "clock.md").read_text().split())
+    assert MAX_STALLS == 10_000 and "sits out 10,000 outages in a row (`MAX_STALLS`" in clock_md
+    assert (idle_bound(2), idle_bound(10), idle_bound(20)) == (10_000, 10_000, 20_000)
+    assert "more than max(1000 x clients, 10,000) jobs in a row that ended without an upload" in clock_md
+    assert "max(1000 x clients, 10,000) jobs all ended without an upload" in " ".join((docs / "async.md").read_text().split())
+    reliability = " ".join((docs / "reliability.md").read_text().split())
+    assert "round.local_time: 0.5 s fits no local step at the fastest speed (1 steps/s)" in reliability
