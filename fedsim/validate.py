@@ -302,7 +302,8 @@ def check_trace(sc: Any, trace: Any) -> None:
     """A loaded trace the run could not use: under ``wait``, ``overcommit`` or ``async`` a round
     needs a client online, so a trace where none of the scenario's clients is ever online is
     refused; under ``async``, ``round.concurrency`` may not exceed the clients ever online; a
-    device trace needs a model (not quadratic data)."""
+    device trace needs a model (not quadratic data); a window's or ``local_time``'s steps at the
+    trace's fastest speed (:func:`_trace_fastest`) follow the rule of :func:`_check_job_steps`."""
     if sc.round.policy in ("wait", "overcommit", "async") and not any(bool(c.online.any()) for c in trace.clients):
         raise ScenarioError(f"system.trace: no client is ever online in {trace.path}; policy {sc.round.policy} "
                             "would wait forever")
@@ -310,6 +311,10 @@ def check_trace(sc: Any, trace: Any) -> None:
         raise ScenarioError(f"system.trace: {trace.path} is a device trace (sample_seconds, bandwidths): it times "
                             "steps and transfers by the model's size, and quadratic data has no model; "
                             "use a speed trace (client,start,end,online,speed)")
+    if _job_span(sc) is not None:
+        fastest = _trace_fastest(sc, trace)
+        if fastest > 0:
+            _check_job_steps(sc, fastest, where=f" in {trace.path}")
     rnd = sc.round
     if rnd.policy == "async" and rnd.concurrency is not None:
         # client k replays trace entry k mod n: count the scenario's clients that are ever online
@@ -335,8 +340,25 @@ def check_compute_steps(sc: Any, step_flops: float | None) -> None:
 
 
 def _check_span_steps(sc: Any) -> None:
-    if sc.system.speed is not None and _job_span(sc) is not None:
+    """The steps rule at ``system.speed`` (a trace gives the speeds instead: :func:`check_trace`)."""
+    if sc.system.speed is not None and sc.system.trace is None and _job_span(sc) is not None:
         _check_job_steps(sc, sc.system.speed)
+
+
+def _trace_fastest(sc: Any, trace: Any) -> float:
+    """The fastest steps per second a job can run at on the scenario's clients in ``trace``: the
+    largest online speed (``trace_semantics: fedscale``: the largest session speed, at which its
+    jobs run throughout), of the entries its clients replay (client k: entry k mod n); a device
+    trace's samples per second over 3 x ``algorithm.batch_size`` samples a step, as the clock."""
+    n = len(trace.clients)
+    m = sc.data.num_clients
+    used = trace.clients if m is None or m >= n else trace.clients[:m]
+    if sc.system.trace_semantics == "fedscale":
+        speeds = [c.session_speed for c in used]
+    else:
+        speeds = [float(c.speed[c.online].max()) if c.online.any() else 0.0 for c in used]
+    fastest = max(speeds, default=0.0)
+    return fastest / (3 * sc.algorithm.batch_size) if getattr(trace, "device", False) else fastest
 
 
 def _job_span(sc: Any) -> tuple[float, str] | None:
@@ -350,13 +372,16 @@ def _job_span(sc: Any) -> tuple[float, str] | None:
     return None
 
 
-def _check_job_steps(sc: Any, rate: Any, step_cost: float = 1.0, path: str | None = None) -> None:
+def _check_job_steps(sc: Any, rate: Any, step_cost: float = 1.0, path: str | None = None,
+                     where: str = "") -> None:
     """One rule for the steps a job's fixed compute time fits (a window, an async ``local_time``),
     at the fastest ``rate`` (speed, or FLOP/s over ``step_cost`` FLOPs) and smallest slowdown:
     more than ``MAX_STEPS_PER_JOB`` is refused unless ``round.max_local_steps`` (or, for a window,
     ``round.local_steps``) caps it there; a ``local_time`` that fits no whole step (the clock's
     ``whole_steps``) is refused: every job would be dropped and the server would never update.
-    Skipped when the speed or slowdown has no bound (lognormal, exponential)."""
+    Skipped when the speed or slowdown has no bound (lognormal, exponential). ``path``: the
+    FLOP/s key blamed (``system.compute.flops``); ``where``: the speeds' source when not the key
+    (a trace)."""
     from .clock.draws import whole_steps
     from .scenario.distributions import dist_high, dist_low  # fedsim.scenario imports this module
 
@@ -367,7 +392,7 @@ def _check_job_steps(sc: Any, rate: Any, step_cost: float = 1.0, path: str | Non
         return
     steps = seconds * fastest / step_cost / slow
     if key == "round.local_time" and whole_steps(steps) == 0:
-        at = f"device ({fastest:g} FLOP/s, {step_cost:.3g} FLOPs a step" if path else f"speed ({fastest:g} steps/s"
+        at = f"device ({fastest:g} FLOP/s, {step_cost:.3g} FLOPs a step" if path else f"speed{where} ({fastest:g} steps/s"
         slowed = "" if system.slowdown is None else f", smallest slowdown {slow:g}"
         raise ScenarioError(f"{path + ': round.local_time' if path else key}: {seconds:g} s fits no local step at the "
                             f"fastest {at}{slowed}): every job would be dropped and the server would never update")
@@ -382,7 +407,7 @@ def _check_job_steps(sc: Any, rate: Any, step_cost: float = 1.0, path: str | Non
         )
     shorten = "the window" if key == "round.window" else "local_time"
     raise ScenarioError(
-        f"{key}: fits {steps:.3g} local steps per job at the fastest speed, more than "
+        f"{key}: fits {steps:.3g} local steps per job at the fastest speed{where}, more than "
         f"{MAX_STEPS_PER_JOB:,} (shorten {shorten}, or cap with round.max_local_steps)"
     )
 

@@ -83,6 +83,23 @@ def test_a_local_time_that_fits_no_step_on_the_fastest_device_is_refused(write_y
                 "system.compute.flops: round.local_time: 1 s fits no local step at the fastest device (1000 FLOP/s")
 
 
+def test_with_a_trace_the_rule_reads_the_traces_speeds(write_yaml, tmp_path, capsys):
+    """A trace gives the speeds (``system.speed``, 1 by default, is not read): online speeds 4 and
+    2 steps/s fit 4 x 0.5 = 2 steps in local_time 0.5 (accepted); 1.5 and 0.5 fit 0.75 (refused,
+    naming the trace). A window of 2e7 s at the trace's 0.1 steps/s fits 2e6 steps (accepted; the
+    default speed would say 2e7)."""
+    fast, slow = tmp_path / "fast.csv", tmp_path / "slow.csv"
+    fast.write_text("client,start,end,online,speed\n0,0,100,1,4\n1,0,50,1,2\n1,50,100,0,0\n")
+    slow.write_text("client,start,end,online,speed\n0,0,100,1,1.5\n1,0,100,1,0.5\n")
+    assert main(["validate", str(write_yaml(scenario({"trace": str(fast)}, ASYNC)))]) == 0
+    both_refuse(write_yaml, tmp_path, capsys, scenario({"trace": str(slow)}, ASYNC),
+                f"round.local_time: 0.5 s fits no local step at the fastest speed in {slow} (1.5 steps/s)")
+    tenth = tmp_path / "tenth.csv"
+    tenth.write_text("client,start,end,online,speed\n0,0,100,1,0.1\n1,0,100,1,0.05\n")
+    assert main(["validate", str(write_yaml(scenario({"trace": str(tenth)}, {"policy": "window", "window": 2e7})))]) == 0
+    capsys.readouterr()
+
+
 def test_a_budget_no_job_fits_stops_the_clock_after_a_bounded_number_of_jobs():
     """The issue's world on the clock itself (no validation): a shared 1 Mbit/s downlink, two
     clients' downloads of ``BITS`` bits at 0.5 Mbit/s each after the 0.25 s latency; each job then
