@@ -88,7 +88,7 @@ def _load_checked(args):
 
 
 def _check_compute_steps(sc) -> None:
-    """The window-steps bound of ``system.compute`` needs the model's FLOPs per step: counted here
+    """The steps bound of ``system.compute`` (a window's, an async ``local_time``'s) needs the model's FLOPs per step: counted here
     (the data are built for their input shape, the model on torch's meta device), so ``validate``
     refuses what the run would (:func:`fedsim.validate.check_compute_steps`)."""
     from .engine.workload import dataset_for
@@ -102,7 +102,7 @@ def _check_compute_steps(sc) -> None:
 def _cmd_validate(args) -> int:
     _, variants = _load_checked(args)
     for _, vsc in variants:  # the run checks this once its model is built; validate counts the FLOPs itself
-        if vsc.system.compute is not None and vsc.round.policy == "window":
+        if vsc.system.compute is not None and (vsc.round.policy == "window" or vsc.round.local_time is not None):
             _check_compute_steps(vsc)
     names = ", ".join(v for v, _ in variants if v)
     print(f"{args.scenario}: ok" + (f" ({len(variants)} variants: {names})" if names else ""))

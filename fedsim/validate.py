@@ -182,8 +182,8 @@ def check_limits(sc: Any) -> None:
         value = getattr(rnd, key)
         if value is not None:
             _at_most(f"round.{key}", dist_high(value), bound)
+    _check_span_steps(sc)  # a window's steps, an async local_time's
     if rnd.policy == "window":
-        _check_window_steps(sc)
         every = sc.eval.every_seconds
         if every is not None and sc.rounds * rnd.window / every > MAX_EVAL_ROWS:
             raise ScenarioError(f"eval.every_seconds: {sc.rounds} windows of {rnd.window:g} s hold more than "
@@ -256,9 +256,15 @@ def check_clock(sc: Any, trace: Any = None) -> None:
         from .clock import Clock, Population
 
         m = sc.data.num_clients
+        values = system.value(sc.algorithm.batch_size)
+        if values.server is not None and values.server.aggregate_flops is not None:
+            # the model's parameter count times that aggregation (the run has it); nothing the
+            # clock checks when it is built depends on it
+            from dataclasses import replace
+
+            values = replace(values, server=replace(values.server, aggregate_flops=None))
         try:
-            Clock(system.value(sc.algorithm.batch_size), rnd.value(sc.algorithm.batch_size),
-                  Population.of(np.ones(m, dtype=np.int64)), seed=sc.seed)
+            Clock(values, rnd.value(sc.algorithm.batch_size), Population.of(np.ones(m, dtype=np.int64)), seed=sc.seed)
         except ValueError as err:  # the clock's own input errors: one line
             if isinstance(err, ScenarioError):
                 raise
@@ -295,7 +301,8 @@ def check_trace(sc: Any, trace: Any) -> None:
     """A loaded trace the run could not use: under ``wait``, ``overcommit`` or ``async`` a round
     needs a client online, so a trace where none of the scenario's clients is ever online is
     refused; under ``async``, ``round.concurrency`` may not exceed the clients ever online; a
-    device trace needs a model (not quadratic data)."""
+    device trace needs a model (not quadratic data); a window's or ``local_time``'s steps at the
+    trace's fastest speed (:func:`_trace_fastest`) follow the rule of :func:`_check_job_steps`."""
     if sc.round.policy in ("wait", "overcommit", "async") and not any(bool(c.online.any()) for c in trace.clients):
         raise ScenarioError(f"system.trace: no client is ever online in {trace.path}; policy {sc.round.policy} "
                             "would wait forever")
@@ -303,6 +310,10 @@ def check_trace(sc: Any, trace: Any) -> None:
         raise ScenarioError(f"system.trace: {trace.path} is a device trace (sample_seconds, bandwidths): it times "
                             "steps and transfers by the model's size, and quadratic data has no model; "
                             "use a speed trace (client,start,end,online,speed)")
+    if _job_span(sc) is not None:
+        fastest = _trace_fastest(sc, trace)
+        if fastest > 0:
+            _check_job_steps(sc, fastest, where=f" in {trace.path}")
     rnd = sc.round
     if rnd.policy == "async" and rnd.concurrency is not None:
         # client k replays trace entry k mod n: count the scenario's clients that are ever online
@@ -315,43 +326,88 @@ def check_trace(sc: Any, trace: Any) -> None:
 
 
 def check_compute_steps(sc: Any, step_flops: float | None) -> None:
-    """``system.compute`` under ``policy: window``: the steps a window fits, (window - 2 latency) x
-    fastest FLOP/s / step FLOPs, must not exceed ``MAX_STEPS_PER_JOB`` unless capped, as for
-    speeds. Needs the model's step FLOPs: the run checks it once the model is built (before its
+    """``system.compute`` with a job whose compute time the round fixes (``policy: window``: window
+    - 2 latency; ``policy: async`` with ``round.local_time`` S): the steps it fits at the fastest
+    device, that time x fastest FLOP/s / step FLOPs / smallest slowdown, must not exceed
+    ``MAX_STEPS_PER_JOB`` unless capped, as for speeds, and a ``local_time`` must fit at least one
+    step. Needs the model's step FLOPs: the run checks it once the model is built (before its
     folder is touched), ``fedsim validate`` counts them for this check alone."""
-    system, rnd = sc.system, sc.round
-    if system.compute is None or rnd.policy != "window" or not step_flops:
+    system = sc.system
+    if system.compute is None or _job_span(sc) is None or not step_flops:
         return
-    steps = _window_steps(sc, system.compute.flops, step_flops)
-    if steps is not None and steps > MAX_STEPS_PER_JOB:
-        raise ScenarioError(
-            f"system.compute.flops: a window fits {steps:.3g} local steps per job at the fastest device "
-            f"({step_flops:.3g} FLOPs a step), more than {MAX_STEPS_PER_JOB:,} (cap with round.max_local_steps)"
-        )
+    _check_job_steps(sc, system.compute.flops, step_flops, "system.compute.flops")
 
 
-def _check_window_steps(sc: Any) -> None:
-    steps = None if sc.system.speed is None else _window_steps(sc, sc.system.speed)
-    if steps is not None and steps > MAX_STEPS_PER_JOB:
-        raise ScenarioError(
-            f"round.window: fits {steps:.3g} local steps per job at the fastest speed, more than "
-            f"{MAX_STEPS_PER_JOB:,} (shorten the window, or cap with round.max_local_steps)"
-        )
+def _check_span_steps(sc: Any) -> None:
+    """The steps rule at ``system.speed`` (a trace gives the speeds instead: :func:`check_trace`)."""
+    if sc.system.speed is not None and sc.system.trace is None and _job_span(sc) is not None:
+        _check_job_steps(sc, sc.system.speed)
 
 
-def _window_steps(sc: Any, rate: Any, step_cost: float = 1.0) -> float | None:
-    """The most steps a window job can take: (W - 2 latency) x fastest ``rate`` (speed, or FLOP/s
-    over ``step_cost`` FLOPs) / smallest slowdown; None when capped (window mode caps by
-    max_local_steps and local_steps) or unbounded (lognormal, exponential: no largest value)."""
+def _trace_fastest(sc: Any, trace: Any) -> float:
+    """The fastest steps per second a job can run at on the scenario's clients in ``trace``: the
+    largest online speed (``trace_semantics: fedscale``: the largest session speed, at which its
+    jobs run throughout), of the entries its clients replay (client k: entry k mod n); a device
+    trace's samples per second over 3 x ``algorithm.batch_size`` samples a step, as the clock."""
+    n = len(trace.clients)
+    m = sc.data.num_clients
+    used = trace.clients if m is None or m >= n else trace.clients[:m]
+    if sc.system.trace_semantics == "fedscale":
+        speeds = [c.session_speed for c in used]
+    else:
+        speeds = [float(c.speed[c.online].max()) if c.online.any() else 0.0 for c in used]
+    fastest = max(speeds, default=0.0)
+    return fastest / (3 * sc.algorithm.batch_size) if getattr(trace, "device", False) else fastest
+
+
+def _job_span(sc: Any) -> tuple[float, str] | None:
+    """(the most seconds a job computes, the key that sets them): ``window``: window - 2 latency;
+    ``async`` with ``round.local_time`` S: S; None for prescribed work."""
+    rnd = sc.round
+    if rnd.policy == "window":
+        return rnd.window - 2 * sc.system.latency, "round.window"
+    if rnd.policy == "async" and rnd.local_time is not None:
+        return float(rnd.local_time), "round.local_time"
+    return None
+
+
+def _check_job_steps(sc: Any, rate: Any, step_cost: float = 1.0, path: str | None = None,
+                     where: str = "") -> None:
+    """One rule for the steps a job's fixed compute time fits (a window, an async ``local_time``),
+    at the fastest ``rate`` (speed, or FLOP/s over ``step_cost`` FLOPs) and smallest slowdown:
+    more than ``MAX_STEPS_PER_JOB`` is refused unless ``round.max_local_steps`` (or, for a window,
+    ``round.local_steps``) caps it there; a ``local_time`` that fits no whole step (the clock's
+    ``whole_steps``) is refused: every job would be dropped and the server would never update.
+    Skipped when the speed or slowdown has no bound (lognormal, exponential). ``path``: the
+    FLOP/s key blamed (``system.compute.flops``); ``where``: the speeds' source when not the key
+    (a trace)."""
+    from .clock.draws import whole_steps
 
     system, rnd = sc.system, sc.round
+    seconds, key = _job_span(sc)
     fastest, slow = dist_high(rate), 1.0 if system.slowdown is None else dist_low(system.slowdown)
     if fastest == math.inf or slow == 0:
-        return None
+        return
+    steps = seconds * fastest / step_cost / slow
+    if key == "round.local_time" and whole_steps(steps) == 0:
+        at = f"device ({fastest:g} FLOP/s, {step_cost:.3g} FLOPs a step" if path else f"speed{where} ({fastest:g} steps/s"
+        slowed = "" if system.slowdown is None else f", smallest slowdown {slow:g}"
+        raise ScenarioError(f"{path + ': round.local_time' if path else key}: {seconds:g} s fits no local step at the "
+                            f"fastest {at}{slowed}): every job would be dropped and the server would never update")
     caps = [c for c in (rnd.max_local_steps, dist_high(rnd.local_steps) if rnd.local_steps is not None else None) if c is not None]
-    if caps and min(caps) <= MAX_STEPS_PER_JOB:
-        return None
-    return (rnd.window - 2 * system.latency) * fastest / step_cost / slow
+    if (caps and min(caps) <= MAX_STEPS_PER_JOB) or steps <= MAX_STEPS_PER_JOB:
+        return
+    span = "a window" if key == "round.window" else "round.local_time"
+    if path:
+        raise ScenarioError(
+            f"{path}: {span} fits {steps:.3g} local steps per job at the fastest device "
+            f"({step_cost:.3g} FLOPs a step), more than {MAX_STEPS_PER_JOB:,} (cap with round.max_local_steps)"
+        )
+    shorten = "the window" if key == "round.window" else "local_time"
+    raise ScenarioError(
+        f"{key}: fits {steps:.3g} local steps per job at the fastest speed{where}, more than "
+        f"{MAX_STEPS_PER_JOB:,} (shorten {shorten}, or cap with round.max_local_steps)"
+    )
 
 
 def _check_values(path: str, value: Any, low: float, high: float) -> None:

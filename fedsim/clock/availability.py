@@ -32,7 +32,7 @@ import numpy as np
 from fedsim.errors import ScenarioError
 
 __all__ = ["AvailabilityModel", "Always", "Intervals", "AlwaysOnline", "OfflineIntervals", "ToggleArrays",
-           "ToggleStates", "TimelineStates", "checked_timelines", "cycle_times"]
+           "ToggleStates", "TimelineStates", "Cursor", "checked_timelines", "cycle_times"]
 
 INF = math.inf
 
@@ -188,6 +188,47 @@ class ToggleArrays:
         sub.advance(t, record=False)
         return sub.online, sub.next
 
+    def cursor(self, idx: np.ndarray) -> "Cursor":
+        """A :class:`Cursor` over clients ``idx`` from the state now: ``at(t)`` for increasing t
+        gives what :meth:`peek` gives, each toggle walked once (a job sitting out many outages
+        asks at each; peeking from the state now every time would walk them all again). Valid
+        until the next :meth:`advance`. A subclass with its own :meth:`peek` gets a cursor that
+        asks it."""
+        if type(self).peek is not ToggleArrays.peek:
+            return _PeekCursor(self, idx)
+        return _CopyCursor(self, idx)
+
+
+class Cursor:
+    """(online, next toggle) of some clients at times that never decrease (:meth:`ToggleArrays.cursor`)."""
+
+    def at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+
+class _CopyCursor(Cursor):
+    """The clients' per-client arrays copied once (as :meth:`ToggleArrays.peek` does) and advanced
+    as t grows: the same draws in the same order as one peek at t."""
+
+    def __init__(self, states: ToggleArrays, idx: np.ndarray):
+        sub = object.__new__(type(states))
+        sub.__dict__.update(states.__dict__)
+        for name in states.PER_CLIENT:
+            setattr(sub, name, getattr(states, name)[idx].copy())
+        self.sub = sub
+
+    def at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        self.sub.advance(t, record=False)
+        return self.sub.online, self.sub.next
+
+
+class _PeekCursor(Cursor):
+    def __init__(self, states: ToggleArrays, idx: np.ndarray):
+        self.states, self.idx = states, idx
+
+    def at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        return self.states.peek(self.idx, t)
+
 
 class ToggleStates(ToggleArrays):
     """Availability of clients with fixed toggle times (traces, explicit offline intervals) as
@@ -257,14 +298,31 @@ class TimelineStates(ToggleArrays):
             self.next[c] = self._draw(c, 0)
 
     def peek(self, idx: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
-        online, nxt = self.online[idx].copy(), self.next[idx].copy()
-        for i, c in enumerate(idx.tolist()):
-            flips = 0
+        return self.cursor(idx).at(t)
+
+    def cursor(self, idx: np.ndarray) -> "_TimelineCursor":
+        return _TimelineCursor(self, idx)
+
+
+class _TimelineCursor(Cursor):
+    """:meth:`TimelineStates.peek` walked on from where it was last asked: the times drawn ahead
+    stay in the states' lists (which :meth:`TimelineStates.advance` consumes, so a cursor is valid
+    until then)."""
+
+    def __init__(self, states: TimelineStates, idx: np.ndarray):
+        self.states, self.clients = states, idx.tolist()
+        self.online, self.next = states.online[idx].copy(), states.next[idx].copy()
+        self.flips = [0] * len(self.clients)
+
+    def at(self, t: float) -> tuple[np.ndarray, np.ndarray]:
+        online, nxt, flips = self.online, self.next, self.flips
+        for i, c in enumerate(self.clients):
+            before = flips[i]
             while nxt[i] <= t:
-                flips += 1
-                nxt[i] = self._draw(c, flips)
-            online[i] ^= bool(flips % 2)
-        return online, nxt
+                flips[i] += 1
+                nxt[i] = self.states._draw(c, flips[i])
+            online[i] ^= bool((flips[i] - before) % 2)
+        return online.copy(), nxt.copy()
 
 
 def cycle_times(period: float, inner: Sequence[float], wrap: bool) -> Iterator[float]:

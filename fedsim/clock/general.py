@@ -30,11 +30,18 @@ _COMPLETED, _DROPPED, _FAILED = (STATUSES.index(s) for s in ("completed", "dropp
 
 
 def _peek(states):
+    """The machine's ``peek`` for one round (``states`` advanced to its open): a cursor per client
+    (:meth:`~fedsim.clock.availability.ToggleArrays.cursor`), so a job that sits out many outages
+    walks its client's toggles once, not once per outage from the open."""
     if states is None:
         return lambda c, t: (True, INF)
+    cursors = {}
 
     def peek(c: int, t: float) -> tuple[bool, float]:
-        online, nxt = states.peek(np.array([c], dtype=np.int64), t)
+        cursor = cursors.get(c)
+        if cursor is None:
+            cursor = cursors[c] = states.cursor(np.array([c], dtype=np.int64))
+        online, nxt = cursor.at(t)
         return bool(online[0]), float(nxt[0])
 
     return peek
@@ -46,7 +53,6 @@ def general_tables(clock, selector) -> Iterator[RoundTable]:
     policy = rule.policy
     everyone = np.arange(m, dtype=np.int64)
     states = clock.availability_states()
-    peek = _peek(states)
     q = policy.request_size(rule.clients_per_round)
     k = rule.clients_per_round if policy.keeps_first else None
     resume = clock.system.on_outage == "resume"
@@ -62,7 +68,7 @@ def general_tables(clock, selector) -> Iterator[RoundTable]:
             states.advance(t_open, record=False)
             online = np.flatnonzero(states.online)
         picked = selector.pick(r, t_open, q, lambda: online, None if states is None else (lambda cs: states.online[cs]))
-        machine = Machine(clock, peek, resume=resume)
+        machine = Machine(clock, _peek(states), resume=resume)
         nxt = None if states is None else states.next[picked.clients]  # online at the open: the next toggle is an outage
         jobs = machine.start_many(picked.clients, np.full(len(picked.clients), r, dtype=np.int64), t_open,
                                   fixed_close=fixed, give_up=give_up, partial=partial,

@@ -22,7 +22,7 @@ import numpy as np
 from .model import Traced
 from .jobs import RUNNING, Machine
 from .plan import JOB_COLUMNS, STATUSES, RoundTable
-from .sim import ClockError
+from .sim import ClockError, declined_error, idle_bound, idle_error
 
 __all__ = ["async_tables"]
 
@@ -78,8 +78,18 @@ class _EventJobs:
     def __init__(self, clock, pop: "_Population"):
         self.budget = clock.rule.local_time
 
+        cursors, since = {}, [pop.G]  # a cursor per client, valid while the arrays stay at ``since``
+
         def peek(c: int, t: float) -> tuple[bool, float]:
-            online, nxt = pop.peek(np.array([c], dtype=np.int64), t)
+            if pop.states is None:
+                return True, INF
+            if pop.G != since[0]:
+                cursors.clear()
+                since[0] = pop.G
+            cursor = cursors.get(c)
+            if cursor is None:
+                cursor = cursors[c] = pop.states.cursor(np.array([c], dtype=np.int64))
+            online, nxt = cursor.at(t)
             return bool(online[0]), float(nxt[0])
 
         self.machine = Machine(clock, peek, resume=clock.system.on_outage == "resume")
@@ -265,16 +275,23 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
                     started.append((j.client, j.key, j.tau))
         return len(pick) < free
 
+    idle, most_idle = [0, 0], idle_bound(m)  # jobs in a row without an upload: dropped, failed
+
     def settle(now: float, batch: list[_Job]) -> None:
-        nonlocal arrivals
+        nonlocal arrivals, idle
         for j in sorted(batch, key=lambda j: j.key):
             del in_flight[j.key]
             busy[j.client] = False
             pending.append(j)
             if j.status == _COMPLETED:
+                idle = [0, 0]
                 arrivals += 1
                 if arrivals == K:
                     update(now)
+            else:
+                idle[j.status == _FAILED] += 1
+                if sum(idle) > most_idle:
+                    raise idle_error(now, *idle)
 
     starved = fill(0.0)
     last_seen = 0.0
@@ -282,6 +299,8 @@ def async_tables(clock, selector) -> Iterator[RoundTable]:
         wake = pop.next_online(last_seen) if starved else INF  # starved: the next client to come online
         t = min(backend.next_time(), wake)
         if t == INF:
+            if len(declined) and declined_at == last_seen and pop.online_now(last_seen).size:
+                raise declined_error(last_seen)
             raise ClockError(f"the clock stops at t={last_seen:g}: no client is online and none ever comes online again")
         while True:  # every settle of instant t (a job can start and resolve within it)
             batch = backend.resolve(t)

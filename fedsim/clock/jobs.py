@@ -39,6 +39,7 @@ import numpy as np
 from .draws import ConstantRate
 from .link import SharedLink
 from .plan import STATUSES
+from .sim import MAX_STALLS, stalled
 
 __all__ = ["Machine", "JobRun", "INF", "RUNNING"]
 
@@ -56,7 +57,7 @@ class JobRun:
 
     __slots__ = ("id", "client", "key", "start", "slow", "rate", "cap", "stop", "budget", "left", "give_up", "close",
                  "partial", "phase", "t_cs", "t_ce", "done", "tau", "status", "end", "down_s", "up_s", "download",
-                 "upload", "resumed", "cut", "t_off", "gen", "on_link", "version", "weight", "count", "available")
+                 "upload", "resumed", "cut", "t_off", "gen", "on_link", "version", "weight", "count", "available", "stalls")
 
     def __init__(self, id_: int, client: int, key: int, start: float):
         self.id, self.client, self.key, self.start = id_, client, key, start
@@ -70,6 +71,7 @@ class JobRun:
         self.left = None  # budget jobs sitting out an outage: compute seconds left
         self.download = self.upload = 0.0
         self.resumed = self.cut = 0
+        self.stalls = 0  # outages in a row without a finished step or transfer (MAX_STALLS)
         self.gen = 0  # bumped when an outage interrupts: events of an earlier generation are stale
         self.t_off = math.nan
         self.on_link = None  # (direction, transfer start) while the job's bits are on a link
@@ -240,6 +242,7 @@ class Machine:
         elif kind == "transfer_end":
             self._transfer_done(job, arg, t)
         elif kind == "compute_end":
+            job.stalls = 0
             self._transfer(job, _UP, t)
         elif kind == "outage":
             self._outage(job, t)
@@ -252,7 +255,7 @@ class Machine:
             if self.links[0] is not None and not self._plan(job, t):  # shared: planned when it ends
                 self._resolve(job, _DROPPED, t)
                 return
-            job.phase = _COMPUTE
+            job.phase, job.stalls = _COMPUTE, 0
             self._push(job.t_ce, _PHASE, job, "compute_end")
             return
         job.upload = t - t_start if self.links[1] is not None else job.up_s
@@ -295,16 +298,21 @@ class Machine:
                 job.download = 0.0
             self._resolve(job, _FAILED, t)
             return
+        gained = 0
         if job.phase == _COMPUTE:  # completed steps are kept; the step in progress is lost
-            job.done += min(job.rate.fit(job.t_cs, t, job.slow), job.tau - job.done)
+            gained = min(job.rate.fit(job.t_cs, t, job.slow), job.tau - job.done)
+            job.done += gained
             if job.budget is not None:
                 job.left = job.stop - t
+        job.stalls = 0 if gained else job.stalls + 1
         job.gen += 1  # the phase's pending end is stale now
         job.t_off = t
         _, back = self.peek(job.client, t)
         if back == INF:
             self._resolve(job, _FAILED, t)
             return
+        if job.stalls >= MAX_STALLS:
+            raise stalled(t, job.client, job.key)
         job.phase = -1 - job.phase  # paused: -1 download, -2 compute, -3 upload
         self._push(back, _TOGGLE, job, "back")
 

@@ -37,7 +37,7 @@ from .plan import Job, RoundPlan
 from .link import SharedLink
 from .trace_time import SessionIndex
 
-__all__ = ["ClockError", "Simulation", "LATE"]
+__all__ = ["ClockError", "Simulation", "LATE", "MAX_STALLS", "stalled", "idle_bound", "idle_error", "declined_error"]
 
 #: Priority of availability toggles: after the phase ends of the same instant (a job whose upload
 #: ends when its client goes offline has uploaded).
@@ -51,6 +51,44 @@ CANCEL = "cancel"
 
 class ClockError(RuntimeError):
     """The schedule cannot continue (e.g. no client ever comes online again)."""
+
+
+# ---------------------------------------------------------------------------- progress guards
+#: A job (``system.on_outage: resume``) that sits out this many outages in a row without finishing
+#: a local step or a transfer stops the run: its client's online periods are shorter than what
+#: it has to do, and it would walk them without end (both paths, :func:`stalled`).
+MAX_STALLS = 10_000
+
+
+def stalled(t: float, client: int, key: int) -> ClockError:
+    """The error of a job that reached :data:`MAX_STALLS` outages in a row without progress."""
+    return ClockError(
+        f"the clock stops at t={t:g}: client {client}'s job {key} sat out {MAX_STALLS:,} outages in a row "
+        "without finishing a local step or a transfer (system.on_outage: resume): its online periods are "
+        "shorter than one step or transfer"
+    )
+
+
+def idle_bound(num_clients: int) -> int:
+    """Async: the most jobs in a row that may end without an upload (dropped or failed) before the
+    run stops (:func:`idle_error`): the server would never update."""
+    return max(1000 * num_clients, 10_000)
+
+
+def idle_error(t: float, dropped: int, failed: int) -> ClockError:
+    return ClockError(
+        f"the clock stops at t={t:g}: policy async: the last {dropped + failed:,} jobs ended without an upload "
+        f"({dropped:,} dropped: no local step fit; {failed:,} failed: an outage), so the server never updates"
+    )
+
+
+def declined_error(t: float) -> ClockError:
+    """Async: every online client not in flight was asked at t and its job fit no local step, and
+    nothing else happens after t (no job in flight, no client's availability changes)."""
+    return ClockError(
+        f"the clock stops at t={t:g}: every online client's job fits no local step now and nothing else "
+        "ever happens (no job in flight, no client comes online)"
+    )
 
 
 class Environment(simpy.Environment):
@@ -84,7 +122,7 @@ class _Run:
         "client", "key", "round", "version", "start", "give_up", "t_download", "t_compute",
         "t_upload", "tau", "weight", "count", "status", "end", "process", "down", "up", "available",
         "phase", "general", "id", "slow", "rate", "cap", "stop", "budget", "left", "close", "partial", "done",
-        "t_cs", "t_ce", "download", "upload", "resumed", "cut", "t_off", "paused", "on_link",
+        "t_cs", "t_ce", "download", "upload", "resumed", "cut", "t_off", "paused", "on_link", "stalls",
     )
 
     def __init__(self, **kw):
@@ -97,6 +135,7 @@ class _Run:
         self.phase = 0  # phases finished, of download, compute, upload
         self.download = self.upload = 0.0
         self.resumed = self.cut = self.done = 0
+        self.stalls = 0  # outages in a row without a finished step or transfer (MAX_STALLS)
         self.paused, self.on_link, self.left = False, None, None
 
     def transfers(self) -> tuple[float, float]:
@@ -205,6 +244,7 @@ class Simulation:
             self.last_update = 0.0
             self.settle_scheduled = False
             self.zero_work_streak = 0
+            self.idle, self.idle_bound = [0, 0], idle_bound(self.m)  # jobs in a row without an upload: dropped, failed
             self.started: list[tuple[int, int, int]] = []  # (client, key, steps) from this version
             self._request_settle()
         else:
@@ -215,6 +255,8 @@ class Simulation:
         env = self.env
         while not self.queue:
             if env.peek() == INF:  # SimPy's empty schedule: nothing can ever happen again
+                if self.is_async and self.declined and self.declined_at == env.now and any(self.online):
+                    raise declined_error(env.now)
                 raise ClockError(
                     f"the clock stops at t={env.now:g}: no client is online and none ever comes online again"
                 )
@@ -372,11 +414,11 @@ class Simulation:
                         yield env.at(run.t_download)
                         run.download = run.down
                     self._note(env.now, "download", c, run.key)
-                    phase = 1
+                    phase, run.stalls = 1, 0
                 if phase == 1:
                     yield env.at(run.t_ce)
                     self._note(env.now, "compute", c, run.key)
-                    phase = 2
+                    phase, run.stalls = 2, 0
                 t0 = env.now
                 link = self.links[1]
                 if link is not None:
@@ -408,15 +450,20 @@ class Simulation:
                         run.download = 0.0
                     self._resolve(run, "failed", t_off)
                     return
+                gained = 0
                 if phase == 1:  # completed steps are kept; the step in progress is lost
-                    run.done += min(run.rate.fit(run.t_cs, t_off, run.slow), run.tau - run.done)
+                    gained = min(run.rate.fit(run.t_cs, t_off, run.slow), run.tau - run.done)
+                    run.done += gained
                     if run.budget is not None:
                         run.left = run.stop - t_off
+                run.stalls = 0 if gained else run.stalls + 1
                 run.t_off = t_off
                 self._note(t_off, "paused", c, run.key)
                 if not self.returns[c]:
                     self._resolve(run, "failed", t_off)
                     return
+                if run.stalls >= MAX_STALLS:
+                    raise stalled(t_off, c, run.key)
                 run.paused = True
                 self.back[c] = back = env.event()
                 try:
@@ -675,9 +722,14 @@ class Simulation:
             del self.in_flight[run.client]
             self.pending.append(run)
             if run.status == "completed":
+                self.idle = [0, 0]
                 self.arrivals += 1
                 if self.arrivals == policy.buffer:
                     self._async_update(now)
+            else:
+                self.idle[run.status == "failed"] += 1
+                if sum(self.idle) > self.idle_bound:
+                    raise idle_error(now, *self.idle)
         if self.unobserved:
             self.fill_pending = True
         else:
