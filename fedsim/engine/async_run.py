@@ -88,6 +88,12 @@ class AsyncEngine(SyncEngine):
             self.broadcasts[v] = self.wire.broadcast(self.versions[v], v)
         return self.broadcasts[v]
 
+    def steps(self, plan: RoundPlan):
+        """:meth:`step` as a generator that asks for nothing: an asynchronous run trains its jobs
+        itself (a comparison runs its cells alone, not stacked)."""
+        return self.step(plan)
+        yield  # noqa: unreachable - makes this a generator
+
     def step(self, plan: RoundPlan) -> tuple[RoundRecord, list[ClientRecord]]:
         """Execute one server update; returns its round record (not evaluated) and client records."""
         alg, work = self.alg, self.work
