@@ -133,6 +133,8 @@ def run_compare(
         grid = parse_grid(list(grid))
     if jobs < 1:
         raise ScenarioError("--jobs: must be >= 1")
+    if stack_rows is not None and (isinstance(stack_rows, bool) or not isinstance(stack_rows, int) or stack_rows < 1):
+        raise ScenarioError("--stack-rows: must be an integer >= 1")
     ray_options = _check_executor(executor, jobs, address, retries, gpus_per_cell)
     out = Path(out) if out is not None else Path("runs") / f"{base_raw.get('name', 'run')}-compare"
     runs, keys, notes = plan_compare(
