@@ -80,6 +80,26 @@ class _SharedData:
         return built
 
 
+def _held_once(source):
+    """``source``; a generated population (:class:`~fedsim.data.SyntheticPopulation`) answers
+    ``dataset(clients)`` -- the clients a run holds, its evaluation sample -- once per list of
+    clients, every run of the stack holding the same sample (the same key)."""
+    from ..data import SyntheticPopulation
+
+    if not isinstance(source, SyntheticPopulation):
+        return source
+    made, orig = {}, source.dataset
+
+    def dataset(clients=None):
+        key = None if clients is None else tuple(int(c) for c in clients)
+        if key not in made:
+            made[key] = orig(clients)
+        return made[key]
+
+    object.__setattr__(source, "dataset", dataset)  # this instance only, for this stack
+    return source
+
+
 def _share(work, first):
     """``work`` holding ``first``'s data tensors where they are equal (the same data, read only)."""
     same = {}
@@ -204,7 +224,7 @@ def run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable,
     from ..engine.workload import dataset_for
 
     try:  # the data, built once and handed to every run
-        shared.data = dataset_for(todo[0].scenario)
+        shared.data = _held_once(dataset_for(todo[0].scenario))
     except Exception:  # noqa: BLE001 - then every run builds its own and reports its own error
         shared.data = None
     first = start(todo[0])
