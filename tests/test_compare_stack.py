@@ -148,7 +148,8 @@ def test_plan_groups_by_data_and_model_and_names_why_a_run_is_alone():
     # fedavg-wait x {logreg, mlp} x seeds {0, 1}: four data/model keys, each a stack of one run
     # (the data seed is the run's seed); the four fedbuff-async runs alone with their reason
     assert [len(s.runs) for s in stacks] == [1] * 8
-    assert sorted(s.alone for s in stacks if s.alone) == ["async policy: not stacked yet"] * 4
+    assert sorted(s.alone for s in stacks) == (["async policy: not stacked yet"] * 4
+                                               + ["no other run shares its data and model shapes"] * 4)
     same_data = _runs({**BASE, "data": {**BASE["data"], "seed": 7}}, algorithms=["fedavg", "fednova"],
                       seeds=[0, 1], grid={"model.name": ["logreg", "mlp"]})
     stacks = plan_stacks(same_data)
@@ -170,6 +171,8 @@ def test_row_cap_and_automatic_rows():
     assert [len(s.runs) for s in split_rows(runs, 8)] == [2, 2, 2]
     assert [len(s.runs) for s in split_rows(runs, 13)] == [3, 3]
     assert [len(s.runs) for s in split_rows(runs, 3)] == [1] * 6  # a run bigger than the cap: alone
+    assert split_rows(runs, 3)[0].alone == "its 4 rows leave no room for another run under the row cap (3)"
+    assert split_rows(runs[:1], None)[0].alone == "no other run shares its data and model shapes"
     assert [len(s.runs) for s in plan_stacks(runs, 12)] == [3, 3]
     over = _runs({**BASE, "round": {**BASE["round"], "policy": "overcommit"}})
     assert rows_of(over[0]) == 6  # ceil(1.3 * 4)
@@ -264,3 +267,15 @@ def test_sigkill_a_stacked_comparison_then_resume(tmp_path):
                            capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert_same(tmp_path / "k", tmp_path / "ref", 4)
+
+
+def test_docs_state_the_code():
+    from fedsim.compare.stack import LOCAL_FIELDS
+    from fedsim.compare.stacks import ROW_COPIES, STACK_BYTES
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "comparisons.md").read_text().split())
+    assert f"automatic: {STACK_BYTES >> 20} MiB / ({ROW_COPIES} x the model's parameter bytes) rows" in text
+    assert BOUND == 1e-6 and "the test checks 1e-6 for an MLP in float32 with 2 threads" in text
+    fields = ", ".join(f"`{f}`" for f in LOCAL_FIELDS[:-1]) + f" and `{LOCAL_FIELDS[-1]}`"
+    assert f"rows whose specs agree on {fields}" in text
+    assert "plan: 24 runs in 1 programs: 1 stacks of runs, 0 runs alone" in text

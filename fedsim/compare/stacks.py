@@ -32,8 +32,8 @@ ROW_COPIES = 6
 
 @dataclass(frozen=True)
 class Stack:
-    """Runs that run as one program. ``alone``: why a run of one cannot share (None for a
-    stack, also one whose key no other run shares)."""
+    """Runs that run as one program. ``alone``: why a stack of one run is alone (None for a
+    stack of several)."""
 
     runs: tuple[CompareRun, ...]
     alone: str | None = None
@@ -106,7 +106,10 @@ def plan_stacks(runs: Sequence[CompareRun], max_rows: int | None = None) -> list
 
 
 def split_rows(runs: Sequence[CompareRun], max_rows: int | None) -> list[Stack]:
-    """``runs`` (one key) cut in order into stacks of at most ``max_rows`` rows each."""
+    """``runs`` (one key) cut in order into stacks of at most ``max_rows`` rows each; a stack of
+    one run says why it is alone."""
+    if len(runs) == 1:
+        return [Stack(tuple(runs), "no other run shares its data and model shapes")]
     if max_rows is None:
         return [Stack(tuple(runs))]
     out, cur, used = [], [], 0
@@ -119,23 +122,20 @@ def split_rows(runs: Sequence[CompareRun], max_rows: int | None) -> list[Stack]:
         used += n
     if cur:
         out.append(Stack(tuple(cur)))
-    return out
+    return [Stack(s.runs, f"its {s.rows} rows leave no room for another run under the row cap ({max_rows})")
+            if len(s.runs) == 1 else s for s in out]
 
 
 def plan_lines(stacks: Sequence[Stack]) -> list[str]:
     """The plan as log lines: one per stack (its runs) and one per run that runs alone (why)."""
     lines = []
-    shared = [s for s in stacks if s.alone is None and len(s.runs) > 1]
-    single = [s for s in stacks if s.alone is None and len(s.runs) == 1]
-    lone = [s for s in stacks if s.alone is not None]
+    shared = [s for s in stacks if len(s.runs) > 1]
     lines.append(f"plan: {sum(len(s.runs) for s in stacks)} runs in {len(stacks)} programs: "
-                 f"{len(shared)} stacks of runs, {len(single) + len(lone)} runs alone")
+                 f"{len(shared)} stacks of runs, {len(stacks) - len(shared)} runs alone")
     for i, s in enumerate(stacks, 1):
         labels = ", ".join(r.label for r in s.runs)
-        if s.alone is not None:
+        if len(s.runs) == 1:
             lines.append(f"  program {i}: {labels} alone: {s.alone}")
-        elif len(s.runs) == 1:
-            lines.append(f"  program {i}: {labels} alone: no other run shares its data and model shapes")
         else:
             lines.append(f"  program {i}: stack of {len(s.runs)} runs ({s.rows} rows): {labels}")
     return lines
