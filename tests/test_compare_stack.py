@@ -279,3 +279,37 @@ def test_docs_state_the_code():
     fields = ", ".join(f"`{f}`" for f in LOCAL_FIELDS[:-1]) + f" and `{LOCAL_FIELDS[-1]}`"
     assert f"rows whose specs agree on {fields}" in text
     assert "plan: 24 runs in 1 programs: 1 stacks of runs, 0 runs alone" in text
+
+
+# ----------------------------------------------------------------------------- every synchronous lever
+LEVERS = {
+    "overcommit": {"round.policy": "overcommit", "round.overcommit": 1.5},
+    "partial": {"round.policy": "deadline", "round.on_deadline": "partial"},
+    "topk_ef": {"algorithm.name": "scaffold",
+                "algorithm.compression": {"name": "topk", "ratio": 0.1, "error_feedback": True}},
+    "fp16_down": {"algorithm.downlink_compression": {"name": "fp16"}},
+    "link": {"system.network": {"down": {"dist": "uniform", "low": 2e4, "high": 2e5},
+                                "up": {"dist": "uniform", "low": 1e4, "high": 1e5}},
+             "system.server": {"up": 8e4, "aggregate": 0.2},
+             "system.availability": {"model": "markov", "mean_online": 9.0, "mean_offline": 4.0},
+             "system.on_outage": "resume"},
+    "oort": {"round.selection": {"name": "oort"}},
+    "fedcm": {"algorithm.name": "fedcm"},
+    "localadam": {"algorithm.name": "localadam", "algorithm.lr": 0.01},
+    "fedadam": {"algorithm.name": "fedadam"},
+    "epochs": {"round.local_steps": None, "round.local_epochs": 1},
+}
+
+
+def test_every_synchronous_lever_stacks_byte_identical(tmp_path):
+    """Overcommit, partial work at a deadline, top-k with error feedback, a compressed broadcast,
+    a shared server link with aggregation time and outages resumed, Oort, FedCM's direction,
+    AMSGrad's v_hat, a server optimizer, epochs: one stack, each run's folder that run alone's."""
+    raw = {**BASE, "variants": LEVERS}
+    lines = []
+    res = run_compare(raw, out=tmp_path / "s", log=lines.append)
+    assert len(res.ran) == len(LEVERS) and not res.failed
+    assert lines[0] == f"plan: {len(LEVERS)} runs in 1 programs: 1 stacks of runs, 0 runs alone"
+    alone = run_compare(raw, out=tmp_path / "a", stack=False)
+    assert len(alone.ran) == len(LEVERS)
+    assert_same(tmp_path / "s", tmp_path / "a", len(LEVERS))
