@@ -225,9 +225,10 @@ class _ChunkRows:
 
 
 def _stacked(values: list, keys) -> Tensors | None:
+    missing = [v is None for v in values]
+    if any(missing) != all(missing):
+        raise ValueError("train_rows: some rows carry a value that others lack (a correction, direction or v_hat)")
     if values[0] is None:
-        if any(v is not None for v in values):
-            raise ValueError("train_rows: some rows carry a value that others lack (a correction, direction or v_hat)")
         return None
     return {k: torch.stack([v[k] for v in values]) for k in keys}
 
