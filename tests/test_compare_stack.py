@@ -313,3 +313,18 @@ def test_every_synchronous_lever_stacks_byte_identical(tmp_path):
     alone = run_compare(raw, out=tmp_path / "a", stack=False)
     assert len(alone.ran) == len(LEVERS)
     assert_same(tmp_path / "s", tmp_path / "a", len(LEVERS))
+
+
+def test_progress_note_of_a_stack():
+    """Runs going, the least and most simulated time reached, ETA = elapsed / rounds written x rounds left."""
+    from types import SimpleNamespace as NS
+
+    from fedsim.compare.stack import _Cell, status_text
+
+    run = NS(scenario=NS(rounds=10))
+    cells = [_Cell(run, None, last=NS(round=3, sim_time=12.0), rounds=4),
+             _Cell(run, None, last=NS(round=5, sim_time=30.5), rounds=6),
+             _Cell(run, None)]  # not a round written yet: 10 left
+    # written 10, left (10 - 4) + (10 - 6) + 10 = 20; 20 s elapsed -> 40 s
+    assert status_text(cells, 20.0) == "3 running, t_sim 12.0-30.5s, ETA 0m40s"
+    assert status_text(cells[2:], 5.0) == "1 running"

@@ -189,7 +189,8 @@ def run_compare(
         if session is not None:
             session.run(todo, table_format, finished, run_one, status=None if bar is None else bar.note)
         elif stack and todo:
-            _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log if bar is None else bar_log(bar, log))
+            _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log if bar is None else bar_log(bar, log),
+                         status=None if bar is None else bar.note)
         elif jobs == 1 or len(todo) <= 1:
             for r in todo:
                 try:
@@ -231,7 +232,7 @@ def bar_log(bar, log):
     return out
 
 
-def _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log) -> None:
+def _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log, status=None) -> None:
     """The runs to do, planned into stacks (:mod:`.stacks`, the plan logged first) and run: a stack
     of several runs as one program (:func:`.stack.run_stack`), a run alone as :func:`run_one`;
     with ``jobs`` > 1 the programs go to parallel processes."""
@@ -251,7 +252,7 @@ def _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log) -
                 except Exception as err:  # noqa: BLE001 - one failed run must not lose the others
                     finished(r, None, err)
             else:
-                run_stack(st.runs, table_format, finished, max_rows=stack_rows, log=log)
+                run_stack(st.runs, table_format, finished, max_rows=stack_rows, log=log, status=status)
         return
     import multiprocessing as mp
 

@@ -58,6 +58,23 @@ class _Cell:
     gen: object
     request: TrainRequest | None = None
     t0: float = 0.0
+    last: object = None  # the last round record written (progress)
+    rounds: int = 0  # rounds written in this program
+
+
+def status_text(cells: Sequence[_Cell], elapsed: float) -> str:
+    """The progress note of a stack: runs still going, the simulated time each reached (least and
+    most), and an ETA from the rounds written so far in this program and the rounds left."""
+    times = [c.last.sim_time for c in cells if c.last is not None]
+    done = sum(c.rounds for c in cells)
+    left = sum(c.run.scenario.rounds - (c.last.round + 1 if c.last is not None else 0) for c in cells)
+    text = f"{len(cells)} running"
+    if times:
+        text += f", t_sim {min(times):.1f}-{max(times):.1f}s"
+    if done:
+        eta = elapsed / done * left
+        text += f", ETA {int(eta // 60)}m{int(eta % 60):02d}s"
+    return text
 
 
 class _SharedData:
@@ -177,7 +194,7 @@ def _answer_all(cells: list[_Cell]) -> dict[int, CohortResult | BaseException]:
 
 
 def run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable, *, max_rows: int | None = None,
-              log: Callable[[str], None] | None = None) -> None:
+              log: Callable[[str], None] | None = None, status: Callable[[str | None], None] | None = None) -> None:
     """Run ``runs`` (one stack: the same data and model shapes) as one program.
 
     ``finished(run, result | None, error | None)`` is called once per run as it ends (result as
@@ -185,7 +202,8 @@ def run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable,
     scenario is continued from its last checkpoint, anything else is replaced (as ``run_one``).
     ``max_rows``: the most rows trained together (None: :func:`~fedsim.compare.stacks.auto_rows`
     of the model's parameter bytes); runs beyond it go in later rounds of this program, on the
-    same data.
+    same data. ``status(text)``: the stack's progress after each step (:func:`status_text`), None at
+    the end.
     """
     from ..engine.threads import hold_cores
     from ..runner.execute import run_cell
@@ -196,10 +214,15 @@ def run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable,
         text = dump_scenario(r.scenario)
         stored = Path(r.folder) / "scenario.yaml"
         same = stored.is_file() and stored.read_text() == text
-        gen = run_cell(r.scenario, Path(r.folder), force=not same, resume=same, progress=False,
-                       table_format=None if same else table_format, data=shared.data, build=shared.build,
-                       hold=nullcontext)
-        cell = _Cell(r, gen, t0=time.perf_counter())
+        cell = _Cell(r, None, t0=time.perf_counter())
+
+        def on_round(record) -> None:
+            cell.last = record
+            cell.rounds += 1
+
+        cell.gen = run_cell(r.scenario, Path(r.folder), force=not same, resume=same, progress=False,
+                            table_format=None if same else table_format, data=shared.data, build=shared.build,
+                            hold=nullcontext, on_round=on_round)
         return cell if _advance(cell, None) else None
 
     def _advance(cell: _Cell, answer) -> bool:
@@ -236,7 +259,10 @@ def run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable,
     for k, wave in enumerate(waves):
         cells = [first] if k == 0 and first is not None else []
         cells += [c for c in (start(r) for r in wave.runs if r is not todo[0]) if c is not None]
+        t = time.perf_counter()
         while cells:
             with hold_cores(next(iter(cells[0].request.params.values())).device):
                 answers = _answer_all(cells)
                 cells = [c for i, c in enumerate(cells) if _advance(c, answers[i])]
+            if status is not None:
+                status(status_text(cells, time.perf_counter() - t) if cells else None)

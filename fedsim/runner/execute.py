@@ -45,7 +45,7 @@ def run(
 
 def run_cell(
     sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True, resume: bool = False,
-    table_format: str | None = None, model=None, data=None, loss=None, build=build_run, hold=None,
+    table_format: str | None = None, model=None, data=None, loss=None, build=build_run, hold=None, on_round=None,
 ):
     """Run ``sc`` into ``out`` as a generator: yields each round's
     :class:`~fedsim.engine.request.TrainRequest`, receives its result, returns the final
@@ -65,6 +65,7 @@ def run_cell(
     ``build``: builds the run (default :func:`~fedsim.runner.build.build_run`; a comparison's stack
     passes one that shares its data). ``hold``: wraps each round's compute (default: the run's
     share of the cores, :func:`fedsim.engine.threads.hold_cores`; a stack holds the cores itself).
+    ``on_round(record)``: called with each round's record once it is written (a comparison's progress).
     """
     sc, data = adopt_clients(sc, data)  # natural partitions: the data decide data.clients
     out = Path(out) if out is not None else default_out(sc)
@@ -106,6 +107,8 @@ def run_cell(
             tables = stack.enter_context(closing(Tables(out, quadratic=engine.work.is_quadratic, table_format=fmt,
                                                         levers=uses_levers(sc))))
             sinks.append(tables.write)
+            if on_round is not None:
+                sinks.append(lambda record, clients: on_round(record))
             bar = progress_bar(sc.name, sc.rounds, initial=start) if progress else None
             if bar is not None:
                 stack.callback(bar.close)
