@@ -328,3 +328,14 @@ def test_progress_note_of_a_stack():
     # written 10, left (10 - 4) + (10 - 6) + 10 = 20; 20 s elapsed -> 40 s
     assert status_text(cells, 20.0) == "3 running, t_sim 12.0-30.5s, ETA 0m40s"
     assert status_text(cells[2:], 5.0) == "1 running"
+
+
+def test_stacks_in_parallel_processes(tmp_path):
+    """--jobs 2: the two stacks (one per seed: data.seed unset) in two processes, same folders."""
+    kw = {"algorithms": ["fedavg", "scaffold"], "seeds": [0, 1]}
+    lines = []
+    res = run_compare(BASE, out=tmp_path / "p", jobs=2, log=lines.append, **kw)
+    assert len(res.ran) == 4 and not res.failed
+    assert lines[0] == "plan: 4 runs in 2 programs: 2 stacks of runs, 0 runs alone"
+    run_compare(BASE, out=tmp_path / "a", stack=False, **kw)
+    assert_same(tmp_path / "p", tmp_path / "a", 4)
