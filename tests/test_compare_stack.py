@@ -145,11 +145,16 @@ def test_plan_groups_by_data_and_model_and_names_why_a_run_is_alone():
     runs = _runs(raw, algorithms=["fedavg", "fedbuff"], policies=["wait", "async"], seeds=[0, 1],
                  grid={"model.name": ["logreg", "mlp"]})
     stacks = plan_stacks(runs)
-    # fedavg-wait x {logreg, mlp} x seeds {0, 1}: four data/model keys, each a stack of one run
-    # (the data seed is the run's seed); the four fedbuff-async runs alone with their reason
-    assert [len(s.runs) for s in stacks] == [1] * 8
-    assert sorted(s.alone for s in stacks) == (["async policy: not stacked yet"] * 4
-                                               + ["no other run shares its data and model shapes"] * 4)
+    # {logreg, mlp} x seeds {0, 1} (the data seed is the run's seed): four keys, each a stack of
+    # fedavg-wait and fedbuff-async (a synchronous and an asynchronous run share a stack)
+    assert [[r.label for r in s.runs] for s in stacks] == [
+        [f"{a}-model.name={m} seed {seed}" for a in ("fedavg-wait", "fedbuff-async")]
+        for m in ("logreg", "mlp") for seed in (0, 1)]
+    assert all(s.alone is None for s in stacks)
+    lines = plan_lines(plan_stacks(runs[:2]))  # fedavg-wait logreg seeds 0 and 1
+    assert lines == ["plan: 2 runs in 2 programs: 0 stacks of runs, 2 runs alone",
+                     "  program 1: fedavg-wait-model.name=logreg seed 0 alone: no other run shares its data and model shapes",
+                     "  program 2: fedavg-wait-model.name=logreg seed 1 alone: no other run shares its data and model shapes"]
     same_data = _runs({**BASE, "data": {**BASE["data"], "seed": 7}}, algorithms=["fedavg", "fednova"],
                       seeds=[0, 1], grid={"model.name": ["logreg", "mlp"]})
     stacks = plan_stacks(same_data)
@@ -159,9 +164,6 @@ def test_plan_groups_by_data_and_model_and_names_why_a_run_is_alone():
          "fednova-wait-model.name=logreg seed 0", "fednova-wait-model.name=logreg seed 1"],
         ["fedavg-wait-model.name=mlp seed 0", "fedavg-wait-model.name=mlp seed 1",
          "fednova-wait-model.name=mlp seed 0", "fednova-wait-model.name=mlp seed 1"]]
-    lines = plan_lines(plan_stacks(runs))
-    assert lines[0] == "plan: 8 runs in 8 programs: 0 stacks of runs, 8 runs alone"
-    assert "fedbuff-async-model.name=logreg seed 0 alone: async policy: not stacked yet" in "\n".join(lines)
 
 
 def test_row_cap_and_automatic_rows():
@@ -298,13 +300,19 @@ LEVERS = {
     "localadam": {"algorithm.name": "localadam", "algorithm.lr": 0.01},
     "fedadam": {"algorithm.name": "fedadam"},
     "epochs": {"round.local_steps": None, "round.local_epochs": 1},
+    "fedbuff": {"algorithm.name": "fedbuff", "round.policy": "async", "round.concurrency": 5, "round.buffer": 2},
+    "fedbuff_time": {"algorithm.name": "fedbuff", "round.policy": "async", "round.concurrency": 5, "round.buffer": 2,
+                     "round.local_steps": None, "round.local_time": 1.5},
+    "fedasync_topk": {"algorithm.name": "fedasync", "round.policy": "async", "round.concurrency": 4,
+                      "algorithm.compression": {"name": "topk", "ratio": 0.1, "error_feedback": True}},
 }
 
 
 def test_every_synchronous_lever_stacks_byte_identical(tmp_path):
     """Overcommit, partial work at a deadline, top-k with error feedback, a compressed broadcast,
     a shared server link with aggregation time and outages resumed, Oort, FedCM's direction,
-    AMSGrad's v_hat, a server optimizer, epochs: one stack, each run's folder that run alone's."""
+    AMSGrad's v_hat, a server optimizer, epochs, FedBuff (steps and a time budget), FedAsync with
+    top-k: one stack, each run's folder that run alone's."""
     raw = {**BASE, "variants": LEVERS}
     lines = []
     res = run_compare(raw, out=tmp_path / "s", log=lines.append)

@@ -3,8 +3,9 @@
 Runs share a stack when they build the same data and the same model shapes: the same ``data``
 section and data seed, ``model``, ``loss``, ``eval.clients`` (which clients the run holds) and
 ``engine`` settings (device, dtype, threads, clients per batch). Everything else may differ: round
-policy (except async), selection, algorithm and its hyper-parameters, compression, server link,
-availability, devices, seed, lr, local steps, batch size. A run that must go alone gets a reason.
+policy (synchronous or asynchronous), selection, algorithm and its hyper-parameters, compression,
+server link, availability, devices, seed, lr, local steps, batch size. A stack of one run says
+why it is alone.
 A stack holds at most ``max_rows`` rows (the training jobs of one step: clients per round of each
 of its runs); :func:`auto_rows` sizes that from the model's parameter bytes and a memory budget.
 Nothing here builds or runs anything (docs/comparisons.md, "Stacks").
@@ -19,7 +20,7 @@ from typing import Sequence
 
 from .plan import CompareRun
 
-__all__ = ["Stack", "stack_key", "alone_reason", "plan_stacks", "rows_of", "auto_rows", "STACK_BYTES",
+__all__ = ["Stack", "stack_key", "plan_stacks", "rows_of", "auto_rows", "STACK_BYTES",
            "plan_lines"]
 
 #: Memory the stacked training state of one stack may use (the automatic row cap, :func:`auto_rows`).
@@ -41,14 +42,6 @@ class Stack:
     @property
     def rows(self) -> int:
         return sum(rows_of(r) for r in self.runs)
-
-
-def alone_reason(run: CompareRun) -> str | None:
-    """Why ``run`` cannot share a stack (None: it can)."""
-    sc = run.scenario
-    if sc.round.policy == "async":
-        return "async policy: not stacked yet"
-    return None
 
 
 def stack_key(run: CompareRun) -> str:
@@ -82,27 +75,11 @@ def auto_rows(param_bytes: int, budget: int = STACK_BYTES) -> int:
 def plan_stacks(runs: Sequence[CompareRun], max_rows: int | None = None) -> list[Stack]:
     """The runs grouped into stacks, in the order of their first run: runs with one
     :func:`stack_key` share a stack, cut into stacks of at most ``max_rows`` rows (None: no cap;
-    a run bigger than the cap is a stack of its own); a run with an :func:`alone_reason` is a
-    stack of one with that reason."""
+    a run bigger than the cap is a stack of its own)."""
     groups: dict[str, list[CompareRun]] = {}
-    order: list[tuple[str, CompareRun | str]] = []
     for r in runs:
-        why = alone_reason(r)
-        if why is not None:
-            order.append(("alone", r))
-            continue
-        key = stack_key(r)
-        if key not in groups:
-            groups[key] = []
-            order.append(("group", key))
-        groups[key].append(r)
-    out: list[Stack] = []
-    for kind, item in order:
-        if kind == "alone":
-            out.append(Stack((item,), alone_reason(item)))
-            continue
-        out.extend(split_rows(groups[item], max_rows))
-    return out
+        groups.setdefault(stack_key(r), []).append(r)
+    return [s for group in groups.values() for s in split_rows(group, max_rows)]
 
 
 def split_rows(runs: Sequence[CompareRun], max_rows: int | None) -> list[Stack]:
