@@ -347,3 +347,13 @@ def test_stacks_in_parallel_processes(tmp_path):
     assert lines[0] == "plan: 4 runs in 2 programs: 2 stacks of runs, 0 runs alone"
     run_compare(BASE, out=tmp_path / "a", stack=False, **kw)
     assert_same(tmp_path / "p", tmp_path / "a", 4)
+
+
+def test_stack_options_on_the_command_line(tmp_path, capsys):
+    from fedsim.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert main(["compare", str(path), "--stack-rows", "0", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip().endswith("--stack-rows: must be an integer >= 1")
+    assert not (tmp_path / "o").exists()

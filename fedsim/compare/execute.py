@@ -9,8 +9,10 @@ Layout of the comparison folder ``OUT`` (docs/comparisons.md)::
 
 A cell whose folder already holds a complete run of the same resolved scenario is not run again,
 so an interrupted comparison resumes where it stopped and a new ``target`` only recomputes the
-tables. Cells run in parallel local processes (``jobs``, spawn start method) or, with
-``executor="ray"``, as tasks on a Ray cluster (:mod:`.ray_executor`), with the same folder.
+tables. By default the runs that share data and model shapes run as one program, a stack
+(:mod:`.stacks`, :mod:`.stack`; docs/comparisons.md "Stacks"); ``stack=False`` runs one program per
+run. Programs run in parallel local processes (``jobs``, spawn start method) or, with
+``executor="ray"``, a run is a task on a Ray cluster (:mod:`.ray_executor`), with the same folder.
 """
 
 from __future__ import annotations
