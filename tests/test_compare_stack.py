@@ -357,3 +357,28 @@ def test_stack_options_on_the_command_line(tmp_path, capsys):
     assert main(["compare", str(path), "--stack-rows", "0", "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.strip().endswith("--stack-rows: must be an integer >= 1")
     assert not (tmp_path / "o").exists()
+
+
+def _bn_model(input_shape, num_classes):
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], 4), nn.BatchNorm1d(4), nn.Linear(4, num_classes))
+
+
+def test_a_model_with_buffers_shares_the_program_but_trains_alone(tmp_path):
+    """BatchNorm (the per-client engine path): the runs share the data and the program; each
+    run's training is its own (said once per run); the folders are each run's alone."""
+    registries.MODELS.register("bn_stack", _bn_model)
+    try:
+        raw = {**BASE, "model": {"name": "bn_stack"}}
+        lines = []
+        res = run_compare(raw, out=tmp_path / "s", algorithms=["fedavg", "fedprox"], log=lines.append)
+        assert len(res.ran) == 2 and not res.failed
+        assert lines[0] == "plan: 2 runs in 1 programs: 1 stacks of runs, 0 runs alone"
+        said = [x for x in lines if "trained alone in its stack" in x]
+        assert said == [f"{a}-wait seed 0: trained alone in its stack: model has buffers or vmap refuses it "
+                        "(per-client engine path)" for a in ("fedavg", "fedprox")]
+        run_compare(raw, out=tmp_path / "a", algorithms=["fedavg", "fedprox"], stack=False)
+        assert_same(tmp_path / "s", tmp_path / "a", 2)
+    finally:
+        registries.MODELS.unregister("bn_stack")

@@ -60,6 +60,7 @@ class _Cell:
     t0: float = 0.0
     last: object = None  # the last round record written (progress)
     rounds: int = 0  # rounds written in this program
+    said: bool = False  # why its training is not batched was logged
 
 
 def status_text(cells: Sequence[_Cell], elapsed: float) -> str:
@@ -132,6 +133,15 @@ def _batchable(req: TrainRequest) -> bool:
     return bool(req.tasks) and req.train is train_cohort and not req.buffers and req.work.engine_path != "per_client"
 
 
+def unbatched_reason(req: TrainRequest) -> str | None:
+    """Why a run's training is never batched with the stack's (None: it is, when it has jobs)."""
+    if req.buffers or req.work.engine_path == "per_client":
+        return "model has buffers or vmap refuses it (per-client engine path)"
+    if req.train is not train_cohort:
+        return "torchrun splits its training over ranks"
+    return None
+
+
 def _answer(reqs: Sequence[TrainRequest]) -> list[CohortResult]:
     """The requests of one local solver trained in one ``train_rows`` call; results per request."""
     tasks, starts, start, lrs, seeds, corr, direction, vhat0 = [], [], [], [], [], [], [], []
@@ -166,13 +176,18 @@ def _answer(reqs: Sequence[TrainRequest]) -> list[CohortResult]:
     return out
 
 
-def _answer_all(cells: list[_Cell]) -> dict[int, CohortResult | BaseException]:
-    """Every waiting cell's request answered: batched per (data, local solver), alone otherwise.
-    A batch that raises is answered again request by request (the error goes to its own run)."""
+def _answer_all(cells: list[_Cell], log: Callable[[str], None] | None = None) -> dict[int, CohortResult | BaseException]:
+    """Every waiting cell's request answered: batched per (data, local solver), alone otherwise
+    (said once per run to ``log`` when it is never batched). A batch that raises is answered again
+    request by request (the error goes to its own run)."""
     out: dict[int, CohortResult | BaseException] = {}
     groups: dict[tuple, list[int]] = {}
     for i, c in enumerate(cells):
         req = c.request
+        why = unbatched_reason(req)
+        if why is not None and not c.said and log is not None:
+            log(f"{c.run.label}: trained alone in its stack: {why}")
+            c.said = True
         if _batchable(req):
             groups.setdefault((id(req.work.x_train), solver_key(req.alg)), []).append(i)
         else:
@@ -262,7 +277,7 @@ def run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable,
         t = time.perf_counter()
         while cells:
             with hold_cores(next(iter(cells[0].request.params.values())).device):
-                answers = _answer_all(cells)
+                answers = _answer_all(cells, log)
                 cells = [c for i, c in enumerate(cells) if _advance(c, answers[i])]
             if status is not None:
                 status(status_text(cells, time.perf_counter() - t) if cells else None)
