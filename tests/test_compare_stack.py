@@ -113,6 +113,22 @@ def test_a_row_cap_runs_the_stack_in_waves_with_the_same_folders(logreg, tmp_pat
     assert_same(tmp_path / "capped", root / "stacked", 24)
 
 
+def test_the_automatic_cap_runs_one_stack_in_waves_with_the_same_folders(logreg, tmp_path, monkeypatch):
+    """The automatic cap (here 8 rows: the model's parameter bytes seen, the budget's answer
+    replaced) runs the planned stack of 24 runs in waves of two runs, same folders."""
+    from fedsim.compare import stack as stack_module
+
+    root, _ = logreg
+    seen = []
+    monkeypatch.setattr(stack_module, "auto_rows", lambda per: seen.append(per) or 8)
+    lines = []
+    res = run_compare(BASE, out=tmp_path / "waves", log=lines.append, **GRID)
+    assert len(res.ran) == 24
+    assert seen == [4 * (60 * 10 + 10)]  # logreg on Synthetic: 60 x 10 weights and 10 biases, float32
+    assert lines[2] == "stack of 24 runs (fedavg-wait-algorithm.lr=0.05 seed 0 ...): at most 8 rows at once, 12 waves"
+    assert_same(tmp_path / "waves", root / "stacked", 24)
+
+
 def test_mlp_with_two_threads_clock_identical_training_within_the_bound(tmp_path):
     """float32, 2 threads: clients.csv and the clock columns byte-identical; the training columns
     within BOUND (relative); the same rows at the same rounds evaluated."""
