@@ -218,9 +218,9 @@ def test_chunks_are_balanced_and_sorted(mlp64, monkeypatch):
     seen = []
     orig = T._run_chunk
 
-    def spy(work, spec, params, tasks, *a):
+    def spy(work, alg, tasks, *a):
         seen.append([t.steps for t in tasks])
-        return orig(work, spec, params, tasks, *a)
+        return orig(work, alg, tasks, *a)
 
     monkeypatch.setattr(T, "_run_chunk", spy)
     spec = spec_for("fedavg")

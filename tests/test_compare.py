@@ -183,7 +183,9 @@ def fake_runner(monkeypatch):
 
 def test_compare_writes_summary_and_resumes(tmp_path, fake_runner):
     out = tmp_path / "cmp"
-    kw = dict(out=out, algorithms=["fedavg", "fednova"], policies=["window", "wait"], seeds=[0, 1, 2], target=0.6)
+    # the fake replaces run_one, the one-program-per-run path (stack=False)
+    kw = dict(out=out, algorithms=["fedavg", "fednova"], policies=["window", "wait"], seeds=[0, 1, 2], target=0.6,
+              stack=False)
     res = cmp.run_compare(QUAD, **kw)
     assert len(fake_runner) == 12 and len(res.ran) == 12 and not res.skipped and not res.failed
     runs, summary = cmp.load_summary(out)

@@ -80,13 +80,14 @@ def test_compare_bar_counts_runs_and_keeps_the_log_lines(tmp_path, monkeypatch):
     lines = []
     quiet = io.StringIO()
     monkeypatch.setattr("sys.stderr", quiet)
-    execute.run_compare(base, out=tmp_path / "a", seeds=[0, 1], progress=True, log=lines.append)
+    # the fake replaces run_one, the one-program-per-run path (stack=False)
+    execute.run_compare(base, out=tmp_path / "a", seeds=[0, 1], progress=True, log=lines.append, stack=False)
     assert quiet.getvalue() == "" and len(lines) == 2  # off a terminal: only the log
 
     term = FakeTerminal()
     monkeypatch.setattr("sys.stderr", term)
     execute.run_compare(base, out=tmp_path / "b", seeds=[0, 1, 2], progress=True,
-                        log=lambda line: term.write(line + "\n"))
+                        log=lambda line: term.write(line + "\n"), stack=False)
     text = term.getvalue()
     assert "[3/3] fedavg-window seed 2: 2 rounds" in text
     last = text.rstrip("\n").split("\r")[-1]

@@ -192,8 +192,12 @@ class Algorithm:
 
     def client_step(self, params: Tensors, grads: Tensors, state: Tensors, lr: float | torch.Tensor, *,
                     x0: Tensors | None = None, corr=None, direction=None) -> tuple[Tensors, Tensors]:
-        """One local step of stacked clients: u from the local chain, then x - lr * u."""
+        """One local step of stacked clients: u from the local chain, then x - lr * u. ``lr``: one
+        float for every client, or a vector with one lr per client (broadcast over the leading
+        client dimension; the same bits as the float where they are equal)."""
         u, st = self.local.update(grads, state, T.Context(params, x0, corr, direction))
+        if isinstance(lr, torch.Tensor) and lr.dim() == 1:
+            return {k: x - T.bcast(lr, x) * u[k] for k, x in params.items()}, st
         return {k: x - lr * u[k] for k, x in params.items()}, st
 
     def correction(self, state: ServerState, client: int, like: Tensors) -> Tensors | None:

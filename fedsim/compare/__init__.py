@@ -1,9 +1,10 @@
 """``fedsim compare``: a grid of runs over algorithms, round policies, settings and seeds.
 
 Three steps, one module each: :mod:`.plan` makes the grid's cells and validates one scenario per
-(cell, seed) before anything runs; :mod:`.execute` runs them into one folder each (resumable, in
-parallel processes, or as tasks on a Ray cluster with :mod:`.ray_executor`) and writes the tables;
-:mod:`.cli` is the command line. Reading the results
+(cell, seed) before anything runs; :mod:`.execute` runs them into one folder each (resumable; the
+runs that share data and model shapes as one program each, planned by :mod:`.stacks` and run by
+:mod:`.stack`; in parallel processes, or as tasks on a Ray cluster with :mod:`.ray_executor`) and
+writes the tables; :mod:`.cli` is the command line. Reading the results
 (``load_compare``, ``summarize``, ``load_summary``) is fedsim/report/results.py, which runs nothing.
 Guide: docs/comparisons.md. Names are imported on first use, so ``fedsim --help`` stays light.
 """

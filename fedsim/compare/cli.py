@@ -43,6 +43,10 @@ def add_compare_parser(sub) -> None:
                    help="import MODULE (it registers models, datasets, algorithms) before the scenario is read")
     c.add_argument("--target", type=float, default=None, help="test accuracy for time-to-target")
     c.add_argument("--jobs", type=int, default=1, help="parallel processes (default 1)")
+    c.add_argument("--no-stack", dest="stack", action="store_false",
+                   help="one program per run (default: runs with the same data and model shapes train as one stack)")
+    c.add_argument("--stack-rows", type=int, default=None, metavar="N",
+                   help="most clients one stack trains at once, over its runs (default: from the model's size)")
     c.add_argument("--executor", choices=("local", "ray"), default="local",
                    help="local processes (default) or a task per run on a Ray cluster (pip install 'fedsim[ray]')")
     c.add_argument("--address", default=None, metavar="auto|HOST:PORT",
@@ -84,6 +88,8 @@ def cmd_compare(args) -> int:
         address=args.address,
         retries=args.retries,
         gpus_per_cell=args.gpus_per_cell,
+        stack=args.stack,
+        stack_rows=args.stack_rows,
     )
     man = read_manifest(res.out) or {}
     print(format_summary(res.summary, man.get("keys")))

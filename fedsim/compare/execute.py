@@ -9,8 +9,10 @@ Layout of the comparison folder ``OUT`` (docs/comparisons.md)::
 
 A cell whose folder already holds a complete run of the same resolved scenario is not run again,
 so an interrupted comparison resumes where it stopped and a new ``target`` only recomputes the
-tables. Cells run in parallel local processes (``jobs``, spawn start method) or, with
-``executor="ray"``, as tasks on a Ray cluster (:mod:`.ray_executor`), with the same folder.
+tables. By default the runs that share data and model shapes run as one program, a stack
+(:mod:`.stacks`, :mod:`.stack`; docs/comparisons.md "Stacks"); ``stack=False`` runs one program per
+run. Programs run in parallel local processes (``jobs``, spawn start method) or, with
+``executor="ray"``, a run is a task on a Ray cluster (:mod:`.ray_executor`), with the same folder.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ def run_compare(
     address: str | None = None,
     retries: int | None = None,
     gpus_per_cell: float | None = None,
+    stack: bool = True,
+    stack_rows: int | None = None,
 ) -> CompareResult:
     """Run (or resume) a comparison and write its tables; see the module docstring for the layout.
 
@@ -114,6 +118,11 @@ def run_compare(
         retries: with ``ray``: times a run is submitted again after its worker process or node was
             lost (default 3).
         gpus_per_cell: with ``ray``: the GPU fraction a run with ``engine.device: cuda`` holds (default 1).
+        stack: run the runs that share data and model shapes as one program each (a stack,
+            :mod:`.stack`; default); False: one program per run (the runs are the same either way,
+            docs/comparisons.md "Stacks"). Local executor only.
+        stack_rows: the most training rows (clients of one round, over a stack's runs) one stack
+            trains at once (None: sized from the model's parameter bytes, :func:`.stacks.auto_rows`).
     """
     from ..plugins import load_plugins
 
@@ -126,6 +135,8 @@ def run_compare(
         grid = parse_grid(list(grid))
     if jobs < 1:
         raise ScenarioError("--jobs: must be >= 1")
+    if stack_rows is not None and (isinstance(stack_rows, bool) or not isinstance(stack_rows, int) or stack_rows < 1):
+        raise ScenarioError("--stack-rows: must be an integer >= 1")
     ray_options = _check_executor(executor, jobs, address, retries, gpus_per_cell)
     out = Path(out) if out is not None else Path("runs") / f"{base_raw.get('name', 'run')}-compare"
     runs, keys, notes = plan_compare(
@@ -179,6 +190,9 @@ def run_compare(
 
         if session is not None:
             session.run(todo, table_format, finished, run_one, status=None if bar is None else bar.note)
+        elif stack and todo:
+            _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log if bar is None else bar_log(bar, log),
+                         status=None if bar is None else bar.note)
         elif jobs == 1 or len(todo) <= 1:
             for r in todo:
                 try:
@@ -210,6 +224,98 @@ def run_compare(
             session.close()
     runs_df, summary_df = summarize(out, target)
     return CompareResult(out, runs_df, summary_df, ran, skipped, failed, notes)
+
+
+def bar_log(bar, log):
+    """``log`` printing around the progress bar."""
+    def out(line: str) -> None:
+        with bar.hidden():
+            log(line)
+    return out
+
+
+def _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log, status=None) -> None:
+    """The runs to do, planned into stacks (:mod:`.stacks`, the plan logged first) and run: a stack
+    of several runs as one program (:func:`.stack.run_stack`), a run alone as :func:`run_one`;
+    with ``jobs`` > 1 the programs go to parallel processes."""
+    from .stacks import plan_lines, plan_stacks
+
+    stacks = plan_stacks(todo, stack_rows)
+    for line in plan_lines(stacks):
+        log(line)
+    if jobs == 1 or len(stacks) == 1:
+        from .stack import run_stack
+
+        for st in stacks:
+            if len(st.runs) == 1:
+                r = st.runs[0]
+                try:
+                    finished(r, run_one(dump_scenario(r.scenario), str(r.folder), table_format), None)
+                except Exception as err:  # noqa: BLE001 - one failed run must not lose the others
+                    finished(r, None, err)
+            else:
+                run_stack(st.runs, table_format, finished, max_rows=stack_rows, log=log, status=status)
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(stacks)), mp_context=ctx, initializer=load_plugins_of,
+                             initargs=(tuple(plugins),)) as pool:
+        pending = {pool.submit(stack_worker, [dump_scenario(r.scenario) for r in st.runs],
+                               [str(r.folder) for r in st.runs], table_format, stack_rows): st for st in stacks}
+        try:
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    st = pending.pop(fut)
+                    err = fut.exception()
+                    if err is not None:
+                        for r in st.runs:
+                            finished(r, None, err)
+                        continue
+                    for i, res, what in fut.result():
+                        finished(st.runs[i], res, None if what is None else CellError(what))
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def load_plugins_of(plugins) -> None:
+    from ..plugins import load_plugins
+
+    load_plugins(plugins)
+
+
+class CellError(Exception):
+    """A run's error as reported by the process that ran its stack (its one-line description)."""
+
+    def __init__(self, described: str):
+        super().__init__(described)
+        self.described = described
+
+
+def stack_worker(texts: list[str], folders: list[str], table_format: str, stack_rows: int | None) -> list:
+    """Worker: one planned stack (its runs' scenarios and folders) run in this process; returns
+    ``(index, result or None, error description or None)`` per run, in the order they ended."""
+    from .plan import Cell
+    from .stack import run_stack
+
+    runs = [CompareRun(Cell(f, {}, {}), 0, Path(f), parse_scenario(yaml.safe_load(t))) for t, f in zip(texts, folders)]
+    where = {id(r): i for i, r in enumerate(runs)}
+    out = []
+
+    def finished(r, res, err) -> None:
+        out.append((where[id(r)], res, None if err is None else (getattr(err, "described", None)
+                                                                 or f"{type(err).__name__}: {err}")))
+
+    if len(runs) == 1:
+        try:
+            finished(runs[0], run_one(texts[0], folders[0], table_format), None)
+        except Exception as err:  # noqa: BLE001
+            finished(runs[0], None, err)
+    else:
+        run_stack(runs, table_format, finished, max_rows=stack_rows)
+    return out
 
 
 def _check_executor(executor, jobs, address, retries, gpus_per_cell):

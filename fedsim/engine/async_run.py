@@ -47,6 +47,7 @@ from ..records import ClientRecord, RoundRecord
 from . import distributed
 from .distributed import train_cohort_sharded
 from .run import SyncEngine, reported_of, tau_stats, to_device
+from .request import TrainRequest
 from .train import Task, train_cohort
 
 Tensors = dict[str, torch.Tensor]
@@ -57,6 +58,11 @@ __all__ = ["AsyncEngine", "PREFETCH_MIN", "PREFETCH_BYTES"]
 PREFETCH_MIN = 32
 #: Most bytes of trained, not yet reported updates held at once.
 PREFETCH_BYTES = 512 << 20
+
+
+def _no_correction(client: int) -> None:
+    """Asynchronous local training has no per-client correction."""
+    return None
 
 
 @dataclass
@@ -88,8 +94,11 @@ class AsyncEngine(SyncEngine):
             self.broadcasts[v] = self.wire.broadcast(self.versions[v], v)
         return self.broadcasts[v]
 
-    def step(self, plan: RoundPlan) -> tuple[RoundRecord, list[ClientRecord]]:
-        """Execute one server update; returns its round record (not evaluated) and client records."""
+    def steps(self, plan: RoundPlan):
+        """One server update as a generator: yields a :class:`~fedsim.engine.request.TrainRequest`
+        per cohort it trains (the jobs started from this plan's version, then each version's
+        jobs not trained yet), receives each result, returns the round record (not evaluated) and
+        client records (:meth:`step` drives it alone)."""
         alg, work = self.alg, self.work
         spec = alg.spec
         if plan.round != self.server.version:
@@ -98,7 +107,7 @@ class AsyncEngine(SyncEngine):
         n = len(done)
         if work.module is not None:
             work.module.train()
-        self._prefetch(plan)
+        yield from self._prefetch(plan)
         deltas: dict[str, list] = {k: [None] * n for k in self.params}
         starts: dict[str, list] = {k: [None] * n for k in self.params}
         a_norm = torch.zeros(n, dtype=torch.float64)
@@ -123,9 +132,8 @@ class AsyncEngine(SyncEngine):
             tasks = [Task(done[i].client, done[i].steps, done[i].key) for i in idx]
             # torchrun: every rank holds the same plan, so the groups (and collectives) match
             train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
-            res = train(
-                work.for_clients([t.client for t in tasks]), alg, self._start(v), tasks, round_lr=spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
-            )
+            res = yield TrainRequest(work, alg, self._start(v), tasks, round_lr=spec.round_lr(v, self.rounds),
+                                     seed=self.seed, chunk=self.chunk, correction=_no_correction, train=train)
             for row, i in enumerate(idx):
                 a_norm[i], loss[i], loss_sq[i] = res.a_norm[row], res.loss[row], res.loss_sq[row]
                 for k in self.params:
@@ -169,9 +177,10 @@ class AsyncEngine(SyncEngine):
         )
         return record, clients
 
-    def _prefetch(self, plan: RoundPlan) -> None:
+    def _prefetch(self, plan: RoundPlan):
         """Train the jobs started from this plan's version (``plan.started``) as one cohort, when
-        there are at least ``prefetch_min`` and their updates fit in ``PREFETCH_BYTES``."""
+        there are at least ``prefetch_min`` and their updates fit in ``PREFETCH_BYTES`` (a
+        generator: the training is asked for)."""
         started = plan.started
         if len(started) < max(self.prefetch_min, 1):
             return
@@ -181,10 +190,8 @@ class AsyncEngine(SyncEngine):
         v = self.server.version
         tasks = [Task(c, steps, key) for c, key, steps in started]
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
-        res = train(
-            self.work.for_clients([t.client for t in tasks]), self.alg, self._start(v), tasks,
-            round_lr=self.alg.spec.round_lr(v, self.rounds), seed=self.seed, chunk=self.chunk,
-        )
+        res = yield TrainRequest(self.work, self.alg, self._start(v), tasks, round_lr=self.alg.spec.round_lr(v, self.rounds),
+                                 seed=self.seed, chunk=self.chunk, correction=_no_correction, train=train)
         for row, t in enumerate(tasks):
             self.trained[t.key] = ({k: res.deltas[k][row] for k in self.params}, float(res.a_norm[row]),
                                    float(res.loss[row]), float(res.loss_sq[row]))

@@ -21,13 +21,14 @@ from ..records import ClientRecord, RoundRecord
 from . import distributed
 from .distributed import train_cohort_sharded
 from .evaluate import global_objective, test_metrics
+from .request import TrainRequest, drive
 from .train import Task, train_cohort
 from .wire import Wire
 from .workload import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["SyncEngine", "to_device", "average_buffers", "train_and_apply"]
+__all__ = ["SyncEngine", "to_device", "average_buffers", "train_and_apply", "train_and_apply_steps"]
 
 
 def _aggregated(plan: RoundPlan) -> dict[int, float]:
@@ -81,15 +82,24 @@ def train_and_apply(work: Workload, alg: Algorithm, params: Tensors, server: Ser
     ``wire`` (docs/compression.md): the clients train from its broadcast of ``params`` (version
     ``server.version``) and the server aggregates its decompressed uploads, each client's
     error-feedback residual kept in the returned state's ``residuals``; the control-variate rule
-    reads the clients' own deltas (``RoundUpdate.raw_deltas``)."""
+    reads the clients' own deltas (``RoundUpdate.raw_deltas``).
+
+    The training is asked for (:func:`train_and_apply_steps`) and answered by ``train`` here."""
+    return drive(train_and_apply_steps(work, alg, params, server, tasks, weights, lr=lr, seed=seed, chunk=chunk,
+                                       client_p=client_p, buffers=buffers, train=train, wire=wire))
+
+
+def train_and_apply_steps(work: Workload, alg: Algorithm, params: Tensors, server: ServerState, tasks, weights: dict,
+                          *, lr: float, seed: int, chunk: int, client_p: dict, buffers: Tensors | None = None,
+                          train=train_cohort, wire: Wire | None = None):
+    """:func:`train_and_apply` as a generator: yields the round's :class:`TrainRequest` (``train``
+    its trainer when answered alone), receives the cohort result, returns what
+    :func:`train_and_apply` returns."""
     start = params if wire is None else wire.broadcast(params, server.version)
-    res = train(
-        work.for_clients([t.client for t in tasks]), alg, start, tasks,
-        round_lr=lr, seed=seed, chunk=chunk,
+    res = yield TrainRequest(
+        work, alg, start, list(tasks), round_lr=lr, seed=seed, chunk=chunk,
         correction=lambda i: alg.correction(server, i, params),
-        direction=server.direction,
-        vhat0=server.vhat,
-        **({"buffers": buffers} if buffers else {}),
+        direction=server.direction, vhat0=server.vhat, buffers=buffers or None, train=train,
     )
     w = torch.tensor([weights[t.client] for t in tasks], dtype=torch.float64)
     res.weights = w
@@ -165,6 +175,11 @@ class SyncEngine:
 
     def step(self, plan: RoundPlan) -> tuple[RoundRecord, list[ClientRecord]]:
         """Execute one round plan; returns its round record (not evaluated) and client records."""
+        return drive(self.steps(plan))
+
+    def steps(self, plan: RoundPlan):
+        """:meth:`step` as a generator: yields the round's :class:`~fedsim.engine.request.TrainRequest`
+        (none when no client reports), receives its result, returns what :meth:`step` returns."""
         alg, work = self.alg, self.work
         lr = alg.spec.round_lr(plan.round, self.rounds)
         weights = _aggregated(plan)
@@ -174,7 +189,7 @@ class SyncEngine:
             work.module.train()
         train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort  # torchrun: split over ranks
         bufs = self.global_buffers()
-        self.params, self.server, res = train_and_apply(
+        self.params, self.server, res = yield from train_and_apply_steps(
             work, alg, self.params, self.server, tasks, weights, lr=lr, seed=self.seed, chunk=self.chunk,
             client_p=self.client_p, buffers=bufs, train=train, wire=self.wire,
         )

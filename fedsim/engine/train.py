@@ -46,7 +46,7 @@ from .workload_value import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["Task", "CohortResult", "train_cohort", "PREGATHER_BYTES"]
+__all__ = ["Task", "CohortResult", "Rows", "train_cohort", "train_rows", "PREGATHER_BYTES"]
 
 
 @dataclass
@@ -98,37 +98,104 @@ def train_cohort(
     time) and fed to the forward as a batched input (``fedsim.models.dropout``), so they are a
     function of (seed, client, key, step) only -- the same for any chunking or torchrun rank
     count. Models without dropout (or in eval mode) draw no noise.
+
+    Every row here starts from ``params`` with the same lr and seed; :func:`train_rows` is the
+    same loop for rows that each carry their own.
     """
+    return _train(work, alg, tasks, _Shared(params, round_lr, seed, correction, direction, vhat0), chunk, buffers)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """What each row (task) of a cohort carries when the rows do not all share one start: the
+    rows of several runs trained in one call (a comparison's stack, :mod:`fedsim.compare.stack`).
+    The engine never learns which run a row belongs to.
+
+    Attributes:
+        starts: the distinct starting models (unstacked).
+        start: per task, the index of its starting model in ``starts``.
+        lr: per task, the round's local lr (per-step decay ``lr_decay`` of the algorithm's spec).
+        seed: per task, the seed of its minibatch, augmentation and dropout streams.
+        corr: per task, its additive correction (None: no correction for any row).
+        direction: per start, the server's direction D (None: none for any row).
+        vhat0: per start, AMSGrad's starting v_hat (None: none for any row).
+    """
+
+    starts: tuple[Tensors, ...]
+    start: tuple[int, ...]
+    lr: tuple[float, ...]
+    seed: tuple[int, ...]
+    corr: tuple[Tensors | None, ...] | None = None
+    direction: tuple[Tensors | None, ...] | None = None
+    vhat0: tuple[Tensors | None, ...] | None = None
+
+
+def train_rows(work: Workload, alg: Algorithm, tasks: Sequence[Task], rows: Rows, *, chunk: int) -> CohortResult:
+    """:func:`train_cohort` for rows that each carry their own start, lr, seed, correction,
+    direction and v_hat (:class:`Rows`); results in task order. Row j's arithmetic is the one
+    :func:`train_cohort` does for it alone from ``rows.starts[rows.start[j]]`` with lr
+    ``rows.lr[j]`` and seed ``rows.seed[j]`` (a per-row lr is a vector broadcast over the leading
+    row dimension where the rows' lrs differ; the same float where they are equal); only the
+    batch it is stepped in differs. Not for the ``per_client`` path (models with buffers)."""
+    n = len(tasks)
+    if not (len(rows.start) == len(rows.lr) == len(rows.seed) == n) or (rows.corr is not None and len(rows.corr) != n):
+        raise ValueError("train_rows: one start, lr, seed (and correction) per task")
+    if work.engine_path == "per_client" or work.buffers:
+        raise ValueError("train_rows: a model with buffers trains one run at a time (the per_client path)")
+    return _train(work, alg, tasks, rows, chunk, None)
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """train_cohort's rows: one start, lr and seed for all."""
+
+    params: Tensors
+    round_lr: float
+    seed: int
+    correction: Callable[[int], Tensors | None]
+    direction: Tensors | None
+    vhat0: Tensors | None
+
+
+def _train(work: Workload, alg: Algorithm, tasks: Sequence[Task], rows, chunk: int, buffers) -> CohortResult:
     spec = alg.spec
     n = len(tasks)
+    shared = isinstance(rows, _Shared)
     if work.engine_path == "per_client":
         chunk = 1
     bufs0 = (work.buffers if buffers is None else buffers) or None
     order = sorted(range(n), key=lambda j: (-tasks[j].steps, j))
-    lrs = StepLrs(round_lr, spec.lr_decay)  # read per step: nothing stored per step
     if work.x_train.device.type == "cpu":
         tune_allocator()
     sites = dropout_plan(work)
     grad_fn = cohort_grad(work, sites)
+    keys = list(rows.params if shared else (rows.starts[0] if rows.starts else {}))
     pieces = []
     size = -(-n // -(-n // chunk)) if n else 1  # balanced: ceil(n / number of chunks)
     for start in range(0, n, size):
-        chunk_tasks = [tasks[j] for j in order[start : start + size]]
-        pieces.append(
-            _run_chunk(work, alg, params, chunk_tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites, bufs0)
-        )
+        idx = order[start : start + size]
+        chunk_tasks = [tasks[j] for j in idx]
+        pieces.append(_run_chunk(work, alg, chunk_tasks, _chunk_rows(rows, idx, chunk_tasks, spec.lr_decay),
+                                 grad_fn, sites, bufs0))
     steps = [t.steps for t in tasks]
     if n == 0:
         z = torch.zeros(0, dtype=torch.float64)
         return CohortResult((), {}, z, z, None, loss=z, loss_sq=z)
     # rows come out in sorted order; one gather puts them back in task order
     back = torch.as_tensor(np.argsort(np.asarray(order)), device=work.x_train.device)
-    deltas = {k: _cat([p[0][k] for p in pieces])[back] for k in params}
-    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in params} if alg.keeps_vhat else None
+    deltas = {k: _cat([p[0][k] for p in pieces])[back] for k in keys}
+    vhat = {k: _cat([p[1][k] for p in pieces])[back] for k in keys} if alg.keeps_vhat else None
+    if shared:
+        a_norm = alg.a_norm(steps, StepLrs(rows.round_lr, spec.lr_decay).ratios(), lr=rows.round_lr)
+    else:  # one shadow run per distinct lr (exactly each row's own)
+        a_norm = torch.zeros(n, dtype=torch.float64)
+        for lr in dict.fromkeys(rows.lr):
+            at = [j for j in range(n) if rows.lr[j] == lr]
+            a_norm[at] = alg.a_norm([steps[j] for j in at], StepLrs(lr, spec.lr_decay).ratios(), lr=lr)
     return CohortResult(
         clients=tuple(t.client for t in tasks),
         deltas=deltas,
-        a_norm=alg.a_norm(steps, lrs.ratios(), lr=round_lr),
+        a_norm=a_norm,
         steps=torch.tensor(steps, dtype=torch.float64),
         vhat=vhat,
         buffers={k: _cat([p[2][k] for p in pieces])[back] for k in bufs0} if bufs0 else None,
@@ -137,16 +204,74 @@ def train_cohort(
     )
 
 
+@dataclass
+class _ChunkRows:
+    """One chunk's per-row values (rows sorted by steps, longest first).
+
+    ``x0``: the rows' starting models stacked (for shared rows a view of the one start, never
+    written); ``lr``: a :class:`StepLrs` when every row has the same lr, else the rows' round lrs;
+    ``seeds``: per row; ``corr``: stacked corrections or None; ``direction`` / ``vhat0``: the
+    one unstacked value for shared rows, stacked per row otherwise (or None)."""
+
+    x0: Tensors
+    lr: StepLrs | list[float]
+    decay: float
+    seeds: list[int]
+    corr: Tensors | None
+    direction: Tensors | None
+    vhat0: Tensors | None
+    per_row: bool = False  # direction and v_hat are stacked per row
+    lr_vector: torch.Tensor | None = None  # the rows' lrs as a vector (constant lr within the round)
+
+
+def _stacked(values: list, keys) -> Tensors | None:
+    missing = [v is None for v in values]
+    if any(missing) != all(missing):
+        raise ValueError("train_rows: some rows carry a value that others lack (a correction, direction or v_hat)")
+    if values[0] is None:
+        return None
+    return {k: torch.stack([v[k] for v in values]) for k in keys}
+
+
+def _chunk_rows(rows, idx: list[int], tasks: list[Task], decay: float) -> _ChunkRows:
+    c = len(idx)
+    if isinstance(rows, _Shared):
+        params = rows.params
+        corr_list = [rows.correction(t.client) for t in tasks]
+        corr = None
+        if corr_list and corr_list[0] is not None:
+            corr = {k: torch.stack([cl[k] for cl in corr_list]) for k in params}
+        return _ChunkRows({k: v.unsqueeze(0).expand((c,) + v.shape) for k, v in params.items()},
+                          StepLrs(rows.round_lr, decay), decay, [rows.seed] * c, corr, rows.direction, rows.vhat0)
+    keys = list(rows.starts[0])
+    which = [rows.start[j] for j in idx]
+    lrs = [rows.lr[j] for j in idx]
+    x0 = {k: torch.stack([rows.starts[s][k] for s in which]) for k in keys}
+    corr = None if rows.corr is None else _stacked([rows.corr[j] for j in idx], keys)
+    direction = None if rows.direction is None else _stacked([rows.direction[s] for s in which], keys)
+    vhat0 = None if rows.vhat0 is None else _stacked([rows.vhat0[s] for s in which], keys)
+    lr = StepLrs(lrs[0], decay) if len(set(lrs)) == 1 else lrs
+    return _ChunkRows(x0, lr, decay, [rows.seed[j] for j in idx], corr, direction, vhat0, per_row=True)
+
+
+def _step_lr(cr: _ChunkRows, k: int, a: int, like: torch.Tensor):
+    """The lr of step ``k`` of the ``a`` live rows: a float when they share one round lr, else a
+    vector (each row's round lr times decay**k, computed in double as the float is, then cast)."""
+    if isinstance(cr.lr, StepLrs):
+        return cr.lr[k]
+    if cr.decay == 1.0:  # the same vector every step: made once, its live prefix read
+        if cr.lr_vector is None:
+            cr.lr_vector = torch.tensor(cr.lr, dtype=torch.float64).to(device=like.device, dtype=like.dtype)
+        return cr.lr_vector[:a]
+    return torch.tensor([lr * cr.decay**k for lr in cr.lr[:a]], dtype=torch.float64).to(device=like.device,
+                                                                                        dtype=like.dtype)
+
+
 def _cat(ts: list[torch.Tensor]) -> torch.Tensor:
     return ts[0] if len(ts) == 1 else torch.cat(ts)
 
 
-def _stack(t: Tensors, c: int) -> Tensors:
-    return {k: v.unsqueeze(0).expand((c,) + v.shape).clone() for k, v in t.items()}
-
-
-def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correction, direction, vhat0, sites,
-               buffers=None):
+def _run_chunk(work, alg: Algorithm, tasks, cr: _ChunkRows, grad_fn, sites, buffers=None):
     """Steps of one chunk (tasks sorted by steps, longest first): (deltas, v_hat, final buffers
     stacked or None, each client's summed minibatch losses, its summed squared per-sample
     losses). With ``buffers`` the chunk is one client, stepping its own copy of them."""
@@ -156,13 +281,13 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     steps = [t.steps for t in tasks]
     if any(a < b for a, b in zip(steps, steps[1:])):
         raise ValueError("_run_chunk: tasks must be sorted by steps, longest first")
-    x0 = {k: v.unsqueeze(0).expand((c,) + v.shape) for k, v in params.items()}  # a view, never written
-    x = _stack(params, c)
-    st = alg.client_init(x, vhat0)
-    corr_list = [correction(t.client) for t in tasks]
-    corr = None
-    if corr_list[0] is not None:
-        corr = {k: torch.stack([cl[k] for cl in corr_list]) for k in params}
+    start = cr.x0  # the rows' starting models (shared rows: a view, never written)
+    x0 = start
+    x = {k: v.clone() for k, v in start.items()}
+    st = alg.client_init(x, cr.vhat0)
+    corr = cr.corr
+    direction = cr.direction
+    per_row_direction = direction is not None and cr.per_row
     tmax = steps[0] if c else 0
     bs = spec.batch_size
     if buffers and c != 1:
@@ -172,18 +297,19 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
     # gather per block: memory stays bounded whatever tau_i is
     per_step = c * bs * work.x_train[0].numel() * work.x_train.element_size()
     span = max(1, PREGATHER_BYTES // max(per_step, 1))
-    batches = [BatchStream(work, seed, t, bs) for t in tasks]
+    seeds = cr.seeds
+    batches = [BatchStream(work, s, t, bs) for s, t in zip(seeds, tasks)]
     # per-client draws keyed (seed, "augment", client, key), prefix-stable: chunking-invariant
-    aug_rngs = [stream(seed, "augment", t.client, t.key) for t in tasks] if work.augment else None
+    aug_rngs = [stream(s, "augment", t.client, t.key) for s, t in zip(seeds, tasks)] if work.augment else None
     gens = []
     if sites:  # dropout: each client's noise from its own stream, blocks of `blk` steps (chunking-invariant)
         size = noise_size(sites, bs)
         # the parameters' dtype (= the inputs' for fedsim's own float data; token ids are int64)
-        noise_dtype = next(iter(params.values())).dtype
+        noise_dtype = next(iter(start.values())).dtype
         blk = max(1, NOISE_BLOCK_BYTES // (size * torch.empty(0, dtype=noise_dtype).element_size()))
-        for t in tasks:
+        for s, t in zip(seeds, tasks):
             g = torch.Generator(device=dev)
-            g.manual_seed(seed_int(seed, "dropout", t.client, t.key))
+            g.manual_seed(seed_int(s, "dropout", t.client, t.key))
             gens.append(g)
     noise_all = noise = None
     # a = clients still stepping at step k: a prefix of the chunk (host ints, no device sync)
@@ -213,6 +339,8 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
             st = {n: v[:a] for n, v in st.items()}
             x0 = {n: v[:a] for n, v in x0.items()}
             corr = None if corr is None else {n: v[:a] for n, v in corr.items()}
+            if per_row_direction:
+                direction = {n: v[:a] for n, v in direction.items()}
             live = a
         j = k % span
         xb, yb = x_blk[:a, j], y_blk[:a, j]
@@ -227,12 +355,13 @@ def _run_chunk(work, alg: Algorithm, params, tasks, lrs, seed, grad_fn, correcti
         grads, loss, loss_sq = grad_fn(x, xb, yb, noise, bufs) if bufs is not None else grad_fn(x, xb, yb, noise)
         loss_sum[:a] += loss.to(torch.float64)
         sq_sum[:a] += loss_sq.to(torch.float64)
-        x, st = alg.client_step(x, grads, st, lrs[k], x0=x0, corr=corr, direction=direction)
+        x, st = alg.client_step(x, grads, st, _step_lr(cr, k, a, next(iter(x.values()))), x0=x0, corr=corr,
+                                direction=direction)
     done_x.append(x)
     done_st.append(st)
     done_x.reverse()
     done_st.reverse()
-    final = {k: _cat([d[k] for d in done_x]) for k in params}
-    deltas = {k: final[k] - params[k].unsqueeze(0) for k in params}
-    vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in params} if alg.keeps_vhat else None
+    final = {k: _cat([d[k] for d in done_x]) for k in start}
+    deltas = {k: final[k] - start[k] for k in start}
+    vhat = {k: _cat([d["vhat." + k] for d in done_st]) for k in start} if alg.keeps_vhat else None
     return deltas, vhat, None if bufs is None else {k: v.unsqueeze(0) for k, v in bufs.items()}, loss_sum, sq_sum

@@ -2,7 +2,7 @@
 
 Order: check the folder (read only) -> build workload, engine and clock -> lock the folder and
 prepare it (or cut it back to its checkpoint for ``--resume``) -> the round loop
-(:func:`fedsim.runner.loop.run_rounds`) writing rows and checkpoints -> ``model.pt``. Under torchrun
+(:func:`fedsim.runner.loop.round_loop`) writing rows and checkpoints -> ``model.pt``. Under torchrun
 every rank builds and runs the same; only rank 0 touches the folder.
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .checkpoint import observed_log, save_checkpoint
 from ..engine import distributed
+from ..engine.request import drive
 from ..engine.threads import hold_cores
 from ..records import RunSummary
 from ..scenario import Scenario
@@ -24,10 +25,10 @@ from .folder import (
     save_model, uses_levers, write_partition,
 )
 from .evals import EvalGrid
-from .loop import run_rounds
+from .loop import round_loop
 from .ranks import agree
 
-__all__ = ["run"]
+__all__ = ["run", "run_cell"]
 
 
 def run(
@@ -35,6 +36,20 @@ def run(
     table_format: str | None = None, model=None, data=None, loss=None,
 ) -> RunSummary:
     """Run ``sc`` into ``out`` (default ``runs/<name>``); returns the final summary.
+
+    :func:`run_cell` driven alone: each round's local training by the run's own trainer
+    (:func:`fedsim.engine.request.drive`); see :func:`run_cell` for the arguments."""
+    return drive(run_cell(sc, out, force=force, progress=progress, resume=resume, table_format=table_format,
+                          model=model, data=data, loss=loss))
+
+
+def run_cell(
+    sc: Scenario, out: Path | None = None, *, force: bool = False, progress: bool = True, resume: bool = False,
+    table_format: str | None = None, model=None, data=None, loss=None, build=build_run, hold=None, on_round=None,
+):
+    """Run ``sc`` into ``out`` as a generator: yields each round's
+    :class:`~fedsim.engine.request.TrainRequest`, receives its result, returns the final
+    :class:`~fedsim.records.RunSummary`. Everything but the local training happens here.
 
     With ``resume`` the run continues from the folder's last checkpoint (or from the start when
     there is none); rows written after that checkpoint are cut back first. A folder that is not
@@ -46,6 +61,11 @@ def run(
 
     ``model``, ``data``, ``loss``: Python objects replacing the scenario's named pieces
     (:func:`fedsim.runner.build.build_run`; the public form is :func:`fedsim.run`).
+
+    ``build``: builds the run (default :func:`~fedsim.runner.build.build_run`; a comparison's stack
+    passes one that shares its data). ``hold``: wraps each round's compute (default: the run's
+    share of the cores, :func:`fedsim.engine.threads.hold_cores`; a stack holds the cores itself).
+    ``on_round(record)``: called with each round's record once it is written (a comparison's progress).
     """
     sc, data = adopt_clients(sc, data)  # natural partitions: the data decide data.clients
     out = Path(out) if out is not None else default_out(sc)
@@ -56,7 +76,7 @@ def run(
         check_unlocked(out)
 
     agree(check)
-    built = build_run(sc, model=model, data=data, loss=loss)
+    built = build(sc, model=model, data=data, loss=loss)
     engine = built.engine
     with ExitStack() as stack:
 
@@ -87,6 +107,8 @@ def run(
             tables = stack.enter_context(closing(Tables(out, quadratic=engine.work.is_quadratic, table_format=fmt,
                                                         levers=uses_levers(sc))))
             sinks.append(tables.write)
+            if on_round is not None:
+                sinks.append(lambda record, clients: on_round(record))
             bar = progress_bar(sc.name, sc.rounds, initial=start) if progress else None
             if bar is not None:
                 stack.callback(bar.close)
@@ -103,10 +125,12 @@ def run(
             grid = EvalGrid(sc.eval.every_seconds, out / "evals.csv" if main else None)
         if main and built.client_evals is not None:  # client_evals.csv (fedsim.runner.client_evals)
             grid = _client_evals(built, out, engine, grid, sinks, start, stack)
-        last = run_rounds(
+        if hold is None:
+            def hold():
+                return hold_cores(engine.work.x_train.device, notice=bar.note if main and bar is not None else None)
+        last = yield from round_loop(
             engine, schedule, start=start, rounds=sc.rounds, eval_every=sc.eval.every,
-            sinks=sinks, checkpoint=checkpoint, grid=grid, replay=replay,
-            hold=lambda: hold_cores(engine.work.x_train.device, notice=bar.note if main and bar is not None else None),
+            sinks=sinks, checkpoint=checkpoint, grid=grid, replay=replay, hold=hold,
         )
         if main:
             tables.close()

@@ -1,6 +1,11 @@
 """The round loop: plan -> engine (local training, server update) -> evaluation -> records ->
 sinks -> what the server learned back to the clock -> checkpoint, the same for synchronous and
-asynchronous runs."""
+asynchronous runs.
+
+:func:`round_loop` is the loop as a generator that asks for each round's local training
+(:class:`fedsim.engine.request.TrainRequest`) and does everything else itself;
+:func:`run_rounds` drives it alone, a comparison's stack drives several at once
+(:mod:`fedsim.compare.stack`)."""
 
 from __future__ import annotations
 
@@ -9,14 +14,29 @@ from dataclasses import replace
 from itertools import islice
 from typing import Callable, ContextManager, Sequence
 
+from ..engine.request import drive
 from ..records import ClientRecord, RoundRecord
 
-__all__ = ["run_rounds"]
+__all__ = ["run_rounds", "round_loop"]
 
 Sink = Callable[[RoundRecord, list[ClientRecord]], None]
 
 
-def run_rounds(
+def run_rounds(engine, schedule, **kw) -> RoundRecord:
+    """:func:`round_loop` driven alone (each round's training by the engine's own trainer); same
+    arguments, returns the last round's record."""
+    return drive(round_loop(engine, schedule, **kw))
+
+
+def _step(engine, plan):
+    """The engine's round as a generator (``steps``); an engine with only ``step`` asks for nothing."""
+    steps = getattr(engine, "steps", None)
+    if steps is None:
+        return engine.step(plan)
+    return (yield from steps(plan))
+
+
+def round_loop(
     engine,
     schedule,
     *,
@@ -59,7 +79,7 @@ def run_rounds(
         with hold():
             if grid is not None:
                 grid.reach(engine, plan.close, plan.round - 1)
-            record, clients = engine.step(plan)
+            record, clients = yield from _step(engine, plan)
             finite = engine.finite()
             if finite and (plan.round == rounds - 1 or (plan.round + 1) % eval_every == 0):
                 record = engine.evaluate(record)

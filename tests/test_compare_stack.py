@@ -1,0 +1,401 @@
+"""A comparison's stacks (issue 35): runs that share data and model shapes run as one program and
+write the folders each run writes alone.
+
+Equality: with one intra-op thread every row of a batched call is computed as alone, so every
+file is byte-identical (info.yaml but its ``threads`` block, the record of the process); with
+more threads float32 batched products split their work by the number of rows, so the training
+columns may differ in the last bits (bound below), the clock columns never.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from fedsim import registries
+from fedsim.clock.selection import Picked, SelectionRule
+from fedsim.compare import plan_compare, run_compare
+from fedsim.compare.stacks import Stack, auto_rows, plan_lines, plan_stacks, rows_of, split_rows
+from fedsim.selection.section import SelectionSection
+
+FAULTS = Path(__file__).with_name("_faults.py")
+
+BASE = {
+    "name": "stk", "seed": 0, "rounds": 4,
+    "data": {"name": "synthetic", "alpha": 1.0, "beta": 1.0, "clients": 12},
+    "model": {"name": "logreg"},
+    "system": {"speed": {"dist": "lognormal", "median": 5.0, "sigma": 0.6}, "latency": 0.5},
+    "round": {"policy": "wait", "window": 4.0, "deadline": 3.0, "max_local_steps": 30, "clients_per_round": 4,
+              "local_steps": {"dist": "randint", "low": 2, "high": 8}},
+    "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 10},
+    "eval": {"every": 2},
+    "engine": {"threads": 1},
+}
+GRID = {"algorithms": ["fedavg", "fednova", "fedprox", "scaffold"], "policies": ["wait", "deadline", "window"],
+        "grid": {"algorithm.lr": [0.05, 0.1]}}
+
+#: The training columns of rounds.csv (the others are the clock's and must be byte-identical).
+TRAINING = ("train_loss", "test_loss", "test_acc")
+#: Largest relative difference of a training column, stacked vs alone, with 2 threads in float32
+#: (observed on this grid run for 6 rounds: 1.2e-7 for the MLP, 3.3e-9 for logistic regression,
+#: 1.8e-16 for the MLP in float64; 5.2e-9 on a 24-run logistic regression grid over 5 rounds).
+BOUND = 1e-6
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every file of every run folder under ``folder`` (relative path -> bytes); ``info.yaml``
+    without its ``threads`` block (threads, time waited for cores: the process's record)."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if not p.is_file() or p.name == "run.lock":
+            continue
+        data = p.read_bytes()
+        if p.name == "info.yaml":
+            lines, skip = [], False
+            for line in data.decode().splitlines(keepends=True):
+                if not line.startswith(" "):
+                    skip = line.startswith("threads:")
+                if not skip:
+                    lines.append(line)
+            data = "".join(lines).encode()
+        out[p.relative_to(folder).as_posix()] = data
+    return out
+
+
+def assert_same(a: Path, b: Path, runs: int) -> None:
+    ta, tb = tree(a), tree(b)
+    assert sorted(ta) == sorted(tb)
+    assert len([k for k in ta if k.endswith("/rounds.csv")]) == runs
+    for k in ta:
+        assert ta[k] == tb[k], k
+
+
+@pytest.fixture(scope="module")
+def logreg(tmp_path_factory):
+    """The grid (24 runs: 4 algorithms x 3 policies x 2 lrs) stacked and alone."""
+    root = tmp_path_factory.mktemp("stk")
+    lines = []
+    stacked = run_compare(BASE, out=root / "stacked", log=lines.append, **GRID)
+    alone = run_compare(BASE, out=root / "alone", stack=False, **GRID)
+    assert len(stacked.ran) == len(alone.ran) == 24 and not stacked.failed and not alone.failed
+    return root, lines
+
+
+def test_stacked_folders_are_byte_identical_to_each_run_alone(logreg):
+    root, lines = logreg
+    assert_same(root / "stacked", root / "alone", 24)
+    # the plan came first: one stack of the 24 runs
+    assert lines[0] == "plan: 24 runs in 1 programs: 1 stacks of runs, 0 runs alone"
+    assert lines[1].startswith("  program 1: stack of 24 runs (96 rows): fedavg-wait-algorithm.lr=0.05 seed 0, ")
+
+
+def test_rerunning_a_stacked_comparison_is_byte_identical(logreg, tmp_path):
+    root, _ = logreg
+    res = run_compare(BASE, out=tmp_path / "again", **GRID)
+    assert len(res.ran) == 24
+    assert_same(tmp_path / "again", root / "stacked", 24)
+
+
+def test_a_row_cap_runs_the_stack_in_waves_with_the_same_folders(logreg, tmp_path):
+    """--stack-rows 10: stacks of two runs (4 rows each), same folders."""
+    root, _ = logreg
+    lines = []
+    res = run_compare(BASE, out=tmp_path / "capped", stack_rows=10, log=lines.append, **GRID)
+    assert len(res.ran) == 24
+    assert lines[0] == "plan: 24 runs in 12 programs: 12 stacks of runs, 0 runs alone"
+    assert_same(tmp_path / "capped", root / "stacked", 24)
+
+
+def test_the_automatic_cap_runs_one_stack_in_waves_with_the_same_folders(logreg, tmp_path, monkeypatch):
+    """The automatic cap (here 8 rows: the model's parameter bytes seen, the budget's answer
+    replaced) runs the planned stack of 24 runs in waves of two runs, same folders."""
+    from fedsim.compare import stack as stack_module
+
+    root, _ = logreg
+    seen = []
+    monkeypatch.setattr(stack_module, "auto_rows", lambda per: seen.append(per) or 8)
+    lines = []
+    res = run_compare(BASE, out=tmp_path / "waves", log=lines.append, **GRID)
+    assert len(res.ran) == 24
+    assert seen == [4 * (60 * 10 + 10)]  # logreg on Synthetic: 60 x 10 weights and 10 biases, float32
+    assert lines[2] == "stack of 24 runs (fedavg-wait-algorithm.lr=0.05 seed 0 ...): at most 8 rows at once, 12 waves"
+    assert_same(tmp_path / "waves", root / "stacked", 24)
+
+
+def test_mlp_with_two_threads_clock_identical_training_within_the_bound(tmp_path):
+    """float32, 2 threads: clients.csv and the clock columns byte-identical; the training columns
+    within BOUND (relative); the same rows at the same rounds evaluated."""
+    raw = {**BASE, "model": {"name": "mlp", "hidden": 32}, "engine": {"threads": 2}}
+    grid = {"algorithms": ["fedavg", "fedprox", "scaffold"], "grid": {"algorithm.lr": [0.05, 0.1]}}
+    run_compare(raw, out=tmp_path / "s", **grid)
+    run_compare(raw, out=tmp_path / "a", stack=False, **grid)
+    worst = 0.0
+    for a in sorted((tmp_path / "a").glob("*/seed0")):
+        s = tmp_path / "s" / a.relative_to(tmp_path / "a")
+        assert (a / "clients.csv").read_bytes() == (s / "clients.csv").read_bytes()
+        ra, rs = pd.read_csv(a / "rounds.csv", dtype=str), pd.read_csv(s / "rounds.csv", dtype=str)
+        clock = [c for c in ra.columns if c not in TRAINING]
+        assert ra[clock].equals(rs[clock])
+        for c in TRAINING:
+            x, y = ra[c].astype(float).to_numpy(), rs[c].astype(float).to_numpy()
+            assert (np.isnan(x) == np.isnan(y)).all()
+            ok = ~np.isnan(x)
+            worst = max(worst, float(np.max(np.abs(x[ok] - y[ok]) / np.abs(x[ok]))))
+    assert worst <= BOUND, worst
+
+
+# ----------------------------------------------------------------------------- the plan
+def _runs(raw, **kw):
+    runs, _, _ = plan_compare(raw, out="o", **kw)
+    return runs
+
+
+def test_plan_groups_by_data_and_model_and_names_why_a_run_is_alone():
+    raw = {**BASE, "round": {**BASE["round"], "concurrency": 2, "buffer": 2}}
+    runs = _runs(raw, algorithms=["fedavg", "fedbuff"], policies=["wait", "async"], seeds=[0, 1],
+                 grid={"model.name": ["logreg", "mlp"]})
+    stacks = plan_stacks(runs)
+    # {logreg, mlp} x seeds {0, 1} (the data seed is the run's seed): four keys, each a stack of
+    # fedavg-wait and fedbuff-async (a synchronous and an asynchronous run share a stack)
+    assert [[r.label for r in s.runs] for s in stacks] == [
+        [f"{a}-model.name={m} seed {seed}" for a in ("fedavg-wait", "fedbuff-async")]
+        for m in ("logreg", "mlp") for seed in (0, 1)]
+    assert all(s.alone is None for s in stacks)
+    lines = plan_lines(plan_stacks(runs[:2]))  # fedavg-wait logreg seeds 0 and 1
+    assert lines == ["plan: 2 runs in 2 programs: 0 stacks of runs, 2 runs alone",
+                     "  program 1: fedavg-wait-model.name=logreg seed 0 alone: no other run shares its data and model shapes",
+                     "  program 2: fedavg-wait-model.name=logreg seed 1 alone: no other run shares its data and model shapes"]
+    same_data = _runs({**BASE, "data": {**BASE["data"], "seed": 7}}, algorithms=["fedavg", "fednova"],
+                      seeds=[0, 1], grid={"model.name": ["logreg", "mlp"]})
+    stacks = plan_stacks(same_data)
+    # data.seed fixed: the seeds share data; logreg and mlp do not share shapes -> two stacks of 4
+    assert [[r.label for r in s.runs] for s in stacks] == [
+        ["fedavg-wait-model.name=logreg seed 0", "fedavg-wait-model.name=logreg seed 1",
+         "fednova-wait-model.name=logreg seed 0", "fednova-wait-model.name=logreg seed 1"],
+        ["fedavg-wait-model.name=mlp seed 0", "fedavg-wait-model.name=mlp seed 1",
+         "fednova-wait-model.name=mlp seed 0", "fednova-wait-model.name=mlp seed 1"]]
+
+
+def test_row_cap_and_automatic_rows():
+    runs = _runs({**BASE, "data": {**BASE["data"], "seed": 7}}, algorithms=["fedavg", "fednova", "fedprox"],
+                 seeds=[0, 1])
+    assert [rows_of(r) for r in runs] == [4] * 6
+    assert [len(s.runs) for s in split_rows(runs, 8)] == [2, 2, 2]
+    assert [len(s.runs) for s in split_rows(runs, 13)] == [3, 3]
+    assert [len(s.runs) for s in split_rows(runs, 3)] == [1] * 6  # a run bigger than the cap: alone
+    assert split_rows(runs, 3)[0].alone == "its 4 rows leave no room for another run under the row cap (3)"
+    assert split_rows(runs[:1], None)[0].alone == "no other run shares its data and model shapes"
+    assert [len(s.runs) for s in plan_stacks(runs, 12)] == [3, 3]
+    over = _runs({**BASE, "round": {**BASE["round"], "policy": "overcommit"}})
+    assert rows_of(over[0]) == 6  # ceil(1.3 * 4)
+    # the automatic cap: budget / (6 copies x parameter bytes)
+    assert auto_rows(1000, budget=60_000) == 10
+    assert auto_rows(10**9, budget=60_000) == 1
+    assert Stack(tuple(runs[:2])).rows == 8
+
+
+# ----------------------------------------------------------------------------- faults
+FAIL_AT: list[int] = []
+
+
+@dataclass(frozen=True)
+class Boom(SelectionRule):
+    """Uniform by key; raises when asked for round ``at`` (or FAIL_AT's round, when set)."""
+
+    at: int = -1
+
+    def select(self, state, request):
+        if request.key == self.at or (FAIL_AT and request.key == FAIL_AT[0]):
+            raise RuntimeError(f"boom at {request.key}")
+        online = request.online()
+        pick = np.sort(online[np.random.default_rng(request.key).permutation(len(online))[: request.k]])
+        return state, Picked.of(pick, request.p)
+
+
+class BoomSection(SelectionSection):
+    at: int = -1
+
+    def clock_value(self):
+        return Boom(self.at)
+
+
+@pytest.fixture
+def boom():
+    registries.SELECTORS.register("boom", BoomSection)
+    FAIL_AT.clear()
+    yield
+    FAIL_AT.clear()
+    registries.SELECTORS.unregister("boom")
+
+
+def test_a_run_whose_plug_in_raises_fails_alone_and_the_others_complete(tmp_path, boom):
+    raw = {**BASE, "round": {**BASE["round"], "selection": {"name": "boom"}},
+           "variants": {"ok": {}, "bad": {"round.selection.at": 2}, "ok2": {"algorithm.lr": 0.1}}}
+    res = run_compare(raw, out=tmp_path / "s", algorithms=["fedavg", "scaffold"])
+    assert sorted(res.ran) == ["fedavg-ok seed 0", "fedavg-ok2 seed 0", "scaffold-ok seed 0", "scaffold-ok2 seed 0"]
+    assert len(res.failed) == 2 and all("boom at 2" in f for f in res.failed)
+    # the bad runs kept their first two rounds; the others equal the same runs alone
+    assert len(pd.read_csv(tmp_path / "s" / "fedavg-bad" / "seed0" / "rounds.csv")) == 2
+    run_compare(raw, out=tmp_path / "a", algorithms=["fedavg", "scaffold"], variants=["ok", "ok2"], stack=False)
+    ts, ta = tree(tmp_path / "s"), tree(tmp_path / "a")
+    for k, v in ta.items():
+        if "/seed0/" in k:
+            assert ts[k] == v, k
+
+
+def test_resume_after_every_run_of_the_stack_failed_midway(tmp_path, boom):
+    """Every run raises at round 3 (after its checkpoint of round 3); the rerun resumes each from
+    its own checkpoint; the folders equal an uninterrupted comparison's."""
+    raw = {**BASE, "round": {**BASE["round"], "selection": {"name": "boom"}}, "rounds": 5,
+           "checkpoint": {"every": 1}}
+    kw = {"algorithms": ["fedavg", "fednova"], "policies": ["wait", "window"]}
+    ref = run_compare(raw, out=tmp_path / "ref", **kw)
+    assert len(ref.ran) == 4
+    FAIL_AT.append(3)
+    cut = run_compare(raw, out=tmp_path / "cut", **kw)
+    assert len(cut.failed) == 4 and not cut.ran
+    FAIL_AT.clear()
+    again = run_compare(raw, out=tmp_path / "cut", **kw)
+    assert len(again.ran) == 4
+    assert_same(tmp_path / "cut", tmp_path / "ref", 4)
+
+
+def test_sigkill_a_stacked_comparison_then_resume(tmp_path):
+    """A real SIGKILL (tests/_faults.py, right after a run writes round 2's rows), then
+    ``fedsim compare`` again: every run finishes from its checkpoint, the folders equal an
+    uninterrupted comparison's."""
+    raw = {**BASE, "rounds": 5, "checkpoint": {"every": 1}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    args = ["compare", str(path), "--algorithms", "fedavg,fedprox", "--policies", "wait,deadline", "--quiet"]
+    ref = subprocess.run([sys.executable, "-m", "fedsim", *args, "--out", str(tmp_path / "ref")],
+                         capture_output=True, text=True)
+    assert ref.returncode == 0, ref.stderr
+    killed = subprocess.run([sys.executable, str(FAULTS), "round:2", *args, "--out", str(tmp_path / "k")],
+                            capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert not list((tmp_path / "k").rglob("model.pt"))  # killed mid-way: no run finished
+    again = subprocess.run([sys.executable, "-m", "fedsim", *args, "--out", str(tmp_path / "k")],
+                           capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert_same(tmp_path / "k", tmp_path / "ref", 4)
+
+
+def test_docs_state_the_code():
+    from fedsim.compare.stack import LOCAL_FIELDS
+    from fedsim.compare.stacks import ROW_COPIES, STACK_BYTES
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "comparisons.md").read_text().split())
+    assert f"automatic: {STACK_BYTES >> 20} MiB / ({ROW_COPIES} x the model's parameter bytes) rows" in text
+    assert BOUND == 1e-6 and "the test checks 1e-6 for an MLP in float32 with 2 threads" in text
+    fields = ", ".join(f"`{f}`" for f in LOCAL_FIELDS[:-1]) + f" and `{LOCAL_FIELDS[-1]}`"
+    assert f"rows whose specs agree on {fields}" in text
+    assert "plan: 24 runs in 1 programs: 1 stacks of runs, 0 runs alone" in text
+
+
+# ----------------------------------------------------------------------------- every synchronous lever
+LEVERS = {
+    "overcommit": {"round.policy": "overcommit", "round.overcommit": 1.5},
+    "partial": {"round.policy": "deadline", "round.on_deadline": "partial"},
+    "topk_ef": {"algorithm.name": "scaffold",
+                "algorithm.compression": {"name": "topk", "ratio": 0.1, "error_feedback": True}},
+    "fp16_down": {"algorithm.downlink_compression": {"name": "fp16"}},
+    "link": {"system.network": {"down": {"dist": "uniform", "low": 2e4, "high": 2e5},
+                                "up": {"dist": "uniform", "low": 1e4, "high": 1e5}},
+             "system.server": {"up": 8e4, "aggregate": 0.2},
+             "system.availability": {"model": "markov", "mean_online": 9.0, "mean_offline": 4.0},
+             "system.on_outage": "resume"},
+    "oort": {"round.selection": {"name": "oort"}},
+    "fedcm": {"algorithm.name": "fedcm"},
+    "localadam": {"algorithm.name": "localadam", "algorithm.lr": 0.01},
+    "fedadam": {"algorithm.name": "fedadam"},
+    "epochs": {"round.local_steps": None, "round.local_epochs": 1},
+    "fedbuff": {"algorithm.name": "fedbuff", "round.policy": "async", "round.concurrency": 5, "round.buffer": 2},
+    "fedbuff_time": {"algorithm.name": "fedbuff", "round.policy": "async", "round.concurrency": 5, "round.buffer": 2,
+                     "round.local_steps": None, "round.local_time": 1.5},
+    "fedasync_topk": {"algorithm.name": "fedasync", "round.policy": "async", "round.concurrency": 4,
+                      "algorithm.compression": {"name": "topk", "ratio": 0.1, "error_feedback": True}},
+}
+
+
+def test_every_synchronous_lever_stacks_byte_identical(tmp_path):
+    """Overcommit, partial work at a deadline, top-k with error feedback, a compressed broadcast,
+    a shared server link with aggregation time and outages resumed, Oort, FedCM's direction,
+    AMSGrad's v_hat, a server optimizer, epochs, FedBuff (steps and a time budget), FedAsync with
+    top-k: one stack, each run's folder that run alone's."""
+    raw = {**BASE, "variants": LEVERS}
+    lines = []
+    res = run_compare(raw, out=tmp_path / "s", log=lines.append)
+    assert len(res.ran) == len(LEVERS) and not res.failed
+    assert lines[0] == f"plan: {len(LEVERS)} runs in 1 programs: 1 stacks of runs, 0 runs alone"
+    alone = run_compare(raw, out=tmp_path / "a", stack=False)
+    assert len(alone.ran) == len(LEVERS)
+    assert_same(tmp_path / "s", tmp_path / "a", len(LEVERS))
+
+
+def test_progress_note_of_a_stack():
+    """Runs going, the least and most simulated time reached, ETA = elapsed / rounds written x rounds left."""
+    from types import SimpleNamespace as NS
+
+    from fedsim.compare.stack import _Cell, status_text
+
+    run = NS(scenario=NS(rounds=10))
+    cells = [_Cell(run, None, last=NS(round=3, sim_time=12.0), rounds=4),
+             _Cell(run, None, last=NS(round=5, sim_time=30.5), rounds=6),
+             _Cell(run, None)]  # not a round written yet: 10 left
+    # written 10, left (10 - 4) + (10 - 6) + 10 = 20; 20 s elapsed -> 40 s
+    assert status_text(cells, 20.0) == "3 running, t_sim 12.0-30.5s, ETA 0m40s"
+    assert status_text(cells[2:], 5.0) == "1 running"
+
+
+def test_stacks_in_parallel_processes(tmp_path):
+    """--jobs 2: the two stacks (one per seed: data.seed unset) in two processes, same folders."""
+    kw = {"algorithms": ["fedavg", "scaffold"], "seeds": [0, 1]}
+    lines = []
+    res = run_compare(BASE, out=tmp_path / "p", jobs=2, log=lines.append, **kw)
+    assert len(res.ran) == 4 and not res.failed
+    assert lines[0] == "plan: 4 runs in 2 programs: 2 stacks of runs, 0 runs alone"
+    run_compare(BASE, out=tmp_path / "a", stack=False, **kw)
+    assert_same(tmp_path / "p", tmp_path / "a", 4)
+
+
+def test_stack_options_on_the_command_line(tmp_path, capsys):
+    from fedsim.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(BASE))
+    assert main(["compare", str(path), "--stack-rows", "0", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip().endswith("--stack-rows: must be an integer >= 1")
+    assert not (tmp_path / "o").exists()
+
+
+def _bn_model(input_shape, num_classes):
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(input_shape[0], 4), nn.BatchNorm1d(4), nn.Linear(4, num_classes))
+
+
+def test_a_model_with_buffers_shares_the_program_but_trains_alone(tmp_path):
+    """BatchNorm (the per-client engine path): the runs share the data and the program; each
+    run's training is its own (said once per run); the folders are each run's alone."""
+    registries.MODELS.register("bn_stack", _bn_model)
+    try:
+        raw = {**BASE, "model": {"name": "bn_stack"}}
+        lines = []
+        res = run_compare(raw, out=tmp_path / "s", algorithms=["fedavg", "fedprox"], log=lines.append)
+        assert len(res.ran) == 2 and not res.failed
+        assert lines[0] == "plan: 2 runs in 1 programs: 1 stacks of runs, 0 runs alone"
+        said = [x for x in lines if "trained alone in its stack" in x]
+        assert said == [f"{a}-wait seed 0: trained alone in its stack: model has buffers or vmap refuses it "
+                        "(per-client engine path)" for a in ("fedavg", "fedprox")]
+        run_compare(raw, out=tmp_path / "a", algorithms=["fedavg", "fedprox"], stack=False)
+        assert_same(tmp_path / "s", tmp_path / "a", 2)
+    finally:
+        registries.MODELS.unregister("bn_stack")
