@@ -180,7 +180,7 @@ def test_concurrency_counts_the_clients_that_replay_an_online_device():
     trace = NS(path="t.csv", clients=[NS(online=np.array([1])), NS(online=np.array([0])), NS(online=np.array([0, 1]))])
 
     def sc(concurrency):
-        return NS(round=NS(policy="async", concurrency=concurrency), data=NS(num_clients=7))
+        return NS(round=NS(policy="async", concurrency=concurrency, local_time=None), data=NS(num_clients=7))
 
     check_trace(sc(5), trace)  # 7 clients replay devices 0, 1, 2, 0, 1, 2, 0: five of them ever online
     with pytest.raises(ScenarioError, match="round.concurrency: 6 is more than the 5 clients ever online"):
