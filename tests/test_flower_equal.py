@@ -41,7 +41,14 @@ def _snapshot(results):
 
 @pytest.fixture(scope="module")
 def both():
-    return run_both()
+    # in a fresh process: Ray keeps process-wide state (its authentication token among it) from a
+    # Ray session an earlier test of this pytest process opened and closed, and Flower's
+    # run_simulation starts a new local instance that then refuses it (InvalidAuthToken)
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn")) as pool:
+        return pool.submit(run_both).result()
 
 
 def run_both():
