@@ -263,6 +263,11 @@ def test_docs_state_the_code():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["ray"] == ["ray>=2.60,<3"] and "ray>=2.60,<3" in extras["test"]
     assert "(Ray 2.60 or a later 2.x)" in text
+    flat = " ".join(text.split())
+    assert "each stack is one Ray task, which runs it as one program" in flat  # test_a_task_runs_a_stack_...
+    assert "`retried` counts runs" in flat and "retrying the stack of fedavg-wait seed 0 (2 runs) (attempt 2 of 4)" in flat
+    assert "With `--no-stack` each (cell, seed) is one task." in flat
+    assert "A task lost more often fails each of its runs with `... (lost 4 times; --retries 3)`" in flat
     import argparse
 
     from fedsim.compare import add_compare_parser
@@ -477,8 +482,12 @@ def test_a_run_lost_more_often_than_its_retries_is_failed(driver, slow_quad, tmp
     # one stack of two runs (one task, one data build per attempt): each of its runs is failed
     # with the reason when its task is lost more often than the retries allow
     th = _kill_when_running(notes, kill, count=2)
-    res = run_compare(scenario, out=tmp_path / "c", executor="ray", retries=1, algorithms=["fedavg", "fednova"])
+    res = run_compare(scenario, out=tmp_path / "c", executor="ray", retries=1, algorithms=["fedavg", "fednova"],
+                      log=(lines := []).append)
     th.join()
+    retry = [ln for ln in lines if ln.startswith("retrying ")]
+    assert len(retry) == 1 and retry[0].startswith("retrying the stack of fedavg-window seed 0 (2 runs) (attempt 2 "
+                                                   "of 2): WorkerCrashedError: ")
     assert not res.ran and len(res.failed) == 2 and len(_attempts(notes)) == 2
     for f, cell in zip(sorted(res.failed), ("fedavg-window", "fednova-window")):
         assert f.startswith(f"{cell} seed 0: WorkerCrashedError: ") and f.endswith("(lost 2 times; --retries 1)")

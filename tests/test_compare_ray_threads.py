@@ -126,6 +126,7 @@ def test_comparisons_doc_states_the_plan():
     text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "comparisons.md").read_text().split())
     assert "`info.yaml` included -- its `threads` block too (threads, rule, budget, rounds held)" in text
     assert "The budget is fixed when the comparison opens: the driver's own" in text
-    assert "`tests/test_compare_ray_threads.py` compares every file of a two-cell Ray comparison" in text
+    assert ("`tests/test_compare_ray_threads.py` compares every file of a Ray comparison of two stacks of two runs"
+            in text)
     ray_part = text.split("## On a Ray cluster", 1)[1].split("### Starting a cluster", 1)[0]
     assert "`info.yaml`'s `threads` block aside" not in ray_part

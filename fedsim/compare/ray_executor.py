@@ -1,17 +1,21 @@
-"""Running a comparison's cells as Ray tasks: ``fedsim compare --executor ray`` (docs/comparisons.md).
+"""Running a comparison's stacks as Ray tasks: ``fedsim compare --executor ray`` (docs/comparisons.md).
 
 The driver (the process that plans) validates every (cell, seed) exactly as for local processes,
-then submits one Ray task per run that is not already complete. A task receives its run's resolved
-scenario as YAML text (never a built workload), runs it with :func:`fedsim.compare.execute.run_one`
-in a temporary folder of its own worker and returns that folder's files as bytes; the driver stages
-them beside the run's folder (each file with :class:`fedsim.atomic.AtomicFile`) and renames the
-staged folder into place. No filesystem is shared between nodes, and a run folder in the comparison
-is either complete or absent: a driver stopped at any point resumes with the same command.
+plans the runs that are not already complete into stacks as a local comparison does
+(:func:`fedsim.compare.stacks.plan_stacks`, the plan logged first) and submits one Ray task per
+stack (:func:`_stack`; with ``--no-stack`` one per run, :func:`_cell`). A task receives its runs'
+resolved scenarios as YAML text (never a built workload), runs them in temporary folders of its own
+worker -- a stack with :func:`fedsim.compare.stack.run_stack`, a run alone with
+:func:`fedsim.compare.execute.run_one` -- and returns each run's files as bytes as soon as that run
+ends; the driver stages them beside the run's folder (each file with
+:class:`fedsim.atomic.AtomicFile`) and renames the staged folder into place. No filesystem is
+shared between nodes, and a run folder in the comparison is either complete or absent: a driver
+stopped at any point resumes with the same command.
 
 Threads are fixed when the session opens, by the rule a local run follows
 (:mod:`fedsim.engine.threads`): the driver's thread budget B goes with every task, and the worker
 runs inside :func:`~fedsim.engine.threads.fixed_budget` (B), so it picks the threads and the chunk
-of clients a local run of the cell picks, whatever ``OMP_NUM_THREADS`` Ray gave it, and writes
+of clients a local run (or stack) picks, whatever ``OMP_NUM_THREADS`` Ray gave it, and writes
 the same ``info.yaml``. Resources of a task follow its cell (:func:`planned_threads`):
 ``engine.threads`` CPUs when pinned, 1 for the quadratic problem (the rule's one thread), else B
 (the rule's count for batched chunks and conv nets; a model it steps one client at a time holds B
@@ -21,10 +25,12 @@ that asks for no GPU sees none (``CUDA_VISIBLE_DEVICES`` empty), so ``engine.dev
 on the CPU.
 
 Faults: a task whose worker process or node is lost (any Ray system error: the worker crashed or
-was killed, the node died, the memory monitor killed it, its result was lost) is submitted again,
-at most ``retries`` times, wherever Ray places it. A task that raises (bad input, a failing run) is
-recorded as failed once and not retried. Runs are deterministic, so a retried run writes the same
-bytes as an undisturbed one.
+was killed, the node died, the memory monitor killed it, its result was lost) is submitted again
+with its runs that had not ended, at most ``retries`` times, wherever Ray places it; each from the
+folder the driver holds. A run that fails (bad input, its plug-in raising) is recorded as failed
+once, with its error, and not retried; a task that raises fails its runs not ended with its error.
+Runs are deterministic, so a retried run writes the bytes of an undisturbed one (a stack retried
+with fewer runs: as a local stack resumed with fewer, docs/comparisons.md).
 
 Nothing here imports Ray until a session opens, so ``import fedsim`` never loads it.
 """
@@ -715,7 +721,7 @@ class RaySession:
                         if a.attempt <= opts.retries:
                             counts["retried"] += len(rest)
                             what = rest[0].label if len(rest) == 1 else f"the stack of {rest[0].label} ({len(rest)} runs)"
-                            self.log(f"retrying {what} (attempt {a.attempt + 1} of {opts.retries + 1}): {_message(err)}")
+                            log(f"retrying {what} (attempt {a.attempt + 1} of {opts.retries + 1}): {_message(err)}")
                             try_submit(rest, a.attempt + 1, a)
                             show()
                         else:
