@@ -435,9 +435,11 @@ def test_a_killed_worker_process_is_retried_and_changes_nothing(driver, slow_qua
 
     lines = []
     th = _kill_when_running(notes, kill)
-    res = run_compare(scenario, out=tmp_path / "cmp", executor="ray", seeds=[0, 1], log=lines.append)
+    # --no-stack: one task per run, as before stacks (no plan is logged)
+    res = run_compare(scenario, out=tmp_path / "cmp", executor="ray", seeds=[0, 1], log=lines.append, stack=False)
     th.join()
     assert len(res.ran) == 2 and not res.failed
+    assert not any(ln.startswith("plan: ") for ln in lines)
     assert len(_attempts(notes)) == 3  # one run twice
     retry = [ln for ln in lines if ln.startswith("retrying ")]
     assert len(retry) == 1 and "(attempt 2 of 4)" in retry[0] and "WorkerCrashedError" in retry[0]
@@ -620,4 +622,85 @@ def test_a_failing_plug_in_run_fails_alone_in_its_stack(cluster, tmp_path, monke
         files = [k for k in ta if k.startswith(cell + "/")]
         assert len(files) >= 5 and all(ta[k] == tb[k] for k in files), cell
     assert not (tmp_path / "ray" / "fedavg-window-round.selection.at=1").exists()  # a failed run comes back absent
+    assert not ray.is_initialized()
+
+
+CRASH = '''
+import os, signal, time
+from dataclasses import dataclass
+import numpy as np
+import fedsim
+from fedsim.clock.selection import Picked, SelectionRule
+from fedsim.selection.section import SelectionSection
+
+
+@dataclass(frozen=True)
+class CrashOnce(SelectionRule):
+    at: int = -1
+    notes: str = ""
+
+    def select(self, state, request):
+        with open(os.path.join(self.notes, f"{os.getpid()}-{request.key}-{time.monotonic_ns()}"), "w"):
+            pass
+        marker = os.path.join(self.notes, "..", "crashed")
+        if request.key == self.at and not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(3)  # the runs that ended have reached the driver
+            os.kill(os.getpid(), signal.SIGKILL)
+        online = request.online()
+        pick = np.sort(online[np.random.default_rng(request.key).permutation(len(online))[: request.k]])
+        return state, Picked.of(pick, request.p)
+
+
+class CrashOnceSection(SelectionSection):
+    at: int = -1
+    notes: str = ""
+
+    def clock_value(self):
+        return CrashOnce(self.at, self.notes)
+
+
+fedsim.register_selector("ray_crash_once", CrashOnceSection)
+'''
+
+
+def test_a_lost_stack_is_retried_with_only_its_runs_not_ended(cluster, tmp_path, monkeypatch):
+    """A stack of a 1-round and a 3-round run; the worker process is killed (once) at the second
+    run's round 1, after the first run ended and its folder came back. The stack is submitted again
+    with the second run only: the first run's round is selected once over both attempts, and every
+    folder equals the local stacked comparison's."""
+    if ray.is_initialized():
+        ray.shutdown()  # this comparison connects by itself, so that the --plugin module is sent
+    mods, notes = tmp_path / "mods", tmp_path / "notes"
+    mods.mkdir()
+    notes.mkdir()
+    (mods / "fedsim_ray_crash.py").write_text(CRASH)
+    monkeypatch.syspath_prepend(str(mods))
+    scenario = {**QUAD, "round": {**QUAD["round"], "clients_per_round": 2,
+                                  "selection": {"name": "ray_crash_once", "at": 1, "notes": str(notes)}}}
+    kw = dict(grid={"rounds": [1, 3]}, plugins=["fedsim_ray_crash"])
+    marker = tmp_path / "crashed"
+    try:
+        marker.touch()  # no crash in this process
+        local = run_compare(scenario, out=tmp_path / "local", **kw)
+        marker.unlink()
+        for p in notes.iterdir():
+            p.unlink()
+        res = run_compare(scenario, out=tmp_path / "ray", executor="ray", address=cluster.address,
+                          log=(lines := []).append, **kw)
+    finally:
+        registries.SELECTORS.unregister("ray_crash_once")
+    assert len(local.ran) == 2 and sorted(res.ran) == sorted(local.ran) and not res.failed
+    assert lines[0] == "plan: 2 runs in 1 programs: 1 stacks of runs, 0 runs alone"
+    retry = [ln for ln in lines if ln.startswith("retrying ")]
+    assert len(retry) == 1 and retry[0].startswith("retrying fedavg-window-rounds=3 seed 0 (attempt 2 of 4): "
+                                                   "WorkerCrashedError: ")
+    by_pid: dict[int, list[int]] = {}
+    for p in sorted(notes.iterdir(), key=lambda p: int(p.name.split("-")[2])):
+        pid, key, _ = (int(x) for x in p.name.split("-"))
+        by_pid.setdefault(pid, []).append(key)
+    # first attempt: both runs' round 0, then round 1 of the 3-round run (killed there);
+    # second attempt: the 3-round run alone, from its start
+    assert sorted(by_pid.values(), key=len) == [[0, 0, 1], [0, 1, 2]]
+    assert_same(tmp_path / "local", tmp_path / "ray", cells=2)
     assert not ray.is_initialized()
