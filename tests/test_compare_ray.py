@@ -704,3 +704,19 @@ def test_a_lost_stack_is_retried_with_only_its_runs_not_ended(cluster, tmp_path,
     assert sorted(by_pid.values(), key=len) == [[0, 0, 1], [0, 1, 2]]
     assert_same(tmp_path / "local", tmp_path / "ray", cells=2)
     assert not ray.is_initialized()
+
+
+def test_a_run_whose_folder_cannot_travel_fails_alone_in_its_stack(driver, reference, tmp_path):
+    """One stack (fedavg and fednova, seed 0); fednova's folder holds a symbolic link, which cannot
+    be sent to a worker: that run fails with the reason, fedavg runs and equals the local run."""
+    out = tmp_path / "cmp"
+    bad = out / "fednova-window" / "seed0"
+    bad.mkdir(parents=True)
+    (bad / "link").symlink_to(tmp_path)
+    res = run_compare(QUAD, out=out, executor="ray", algorithms=["fedavg", "fednova"], seeds=[0])
+    assert res.ran == ["fedavg-window seed 0"]
+    assert len(res.failed) == 1 and res.failed[0].startswith("fednova-window seed 0: ScenarioError: ")
+    assert res.failed[0].endswith("link is a symbolic link; a run folder sent to or from a Ray worker holds only "
+                                  "regular files and folders (move it away)")
+    ta, tb = tree(reference / "fedavg-window" / "seed0"), tree(out / "fedavg-window" / "seed0")
+    assert ta == tb and len(ta) >= 5

@@ -637,19 +637,15 @@ class RaySession:
         total = len(todo)
         t0 = time.perf_counter()
 
-        def submit(runs: tuple[CompareRun, ...], attempt: int) -> None:
+        def submit(runs: tuple[CompareRun, ...], olds: list, attempt: int) -> None:
             """One task for ``runs`` (one run, or runs of one stack: their data, model and engine
-            settings are the same, so are their resources)."""
+            settings are the same, so are their resources); ``olds``: their folders' files (None:
+            no folder)."""
             first = runs[0].scenario
             need = cell_resources(first, opts.gpus_per_cell, self.budget)
             cpus = need["num_cpus"]
             if not first.engine.threads and self.largest_cpus is not None and self.largest_cpus >= 1:
                 cpus = min(cpus, int(self.largest_cpus))  # a node smaller than the budget: the run still uses it
-            olds = []
-            for r in runs:
-                snap = snapshot(r.folder)
-                snapshots[r.folder] = snap
-                olds.append(read_folder(r.folder) if snap is not None else None)
             gpu = bool(need["num_gpus"])
             kw = dict(num_cpus=cpus, num_gpus=need["num_gpus"], num_returns="streaming")
             if stack:
@@ -689,11 +685,20 @@ class RaySession:
                 end(a, i, None, err)
             pending.pop(a.gen, None)
 
-        def try_submit(runs: tuple[CompareRun, ...], attempt: int, a: _Attempt | None = None) -> None:
-            try:
-                submit(runs, attempt)
-            except (ScenarioError, OSError) as err:
-                end_all(a or _Attempt(runs, None, attempt), TaskFailure(f"{type(err).__name__}: {err}"))
+        def try_submit(runs: tuple[CompareRun, ...], attempt: int) -> None:
+            """``runs`` submitted with their folders' files; a run whose folder cannot travel (a
+            symbolic link in it, ...) fails alone, the others go."""
+            ok, olds = [], []
+            for r in runs:
+                try:
+                    snap = snapshot(r.folder)
+                    snapshots[r.folder] = snap
+                    olds.append(read_folder(r.folder) if snap is not None else None)
+                    ok.append(r)
+                except (ScenarioError, OSError) as err:
+                    end_all(_Attempt((r,), None, attempt), TaskFailure(f"{type(err).__name__}: {err}"))
+            if ok:
+                submit(tuple(ok), olds, attempt)
 
         for runs in groups:
             try_submit(runs, 1)
@@ -722,7 +727,7 @@ class RaySession:
                             counts["retried"] += len(rest)
                             what = rest[0].label if len(rest) == 1 else f"the stack of {rest[0].label} ({len(rest)} runs)"
                             log(f"retrying {what} (attempt {a.attempt + 1} of {opts.retries + 1}): {_message(err)}")
-                            try_submit(rest, a.attempt + 1, a)
+                            try_submit(rest, a.attempt + 1)
                             show()
                         else:
                             end_all(a, TaskFailure(f"{_message(err)} (lost {a.attempt} times; --retries {opts.retries})"))
