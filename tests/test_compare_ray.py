@@ -263,6 +263,11 @@ def test_docs_state_the_code():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert extras["ray"] == ["ray>=2.60,<3"] and "ray>=2.60,<3" in extras["test"]
     assert "(Ray 2.60 or a later 2.x)" in text
+    flat = " ".join(text.split())
+    assert "each stack is one Ray task, which runs it as one program" in flat  # test_a_task_runs_a_stack_...
+    assert "`retried` counts runs" in flat and "retrying the stack of fedavg-wait seed 0 (2 runs) (attempt 2 of 4)" in flat
+    assert "With `--no-stack` each (cell, seed) is one task." in flat
+    assert "A task lost more often fails each of its runs with `... (lost 4 times; --retries 3)`" in flat
     import argparse
 
     from fedsim.compare import add_compare_parser
@@ -331,7 +336,13 @@ def test_ray_comparison_is_byte_identical_to_one_process(driver, reference, tmp_
     res = run_compare(QUAD, out=out, executor="ray", log=lines.append, **GRID)
     assert len(res.ran) == 4 and not res.failed and not res.skipped
     assert_same(reference, out)
-    # progress: one line per run with the cluster's counts and an ETA
+    # the plan first (data.seed unset: a stack per seed), then one line per run with the
+    # cluster's counts and an ETA
+    # (rows: rows_of counts 1 per run when neither data.clients nor round.clients_per_round is set)
+    assert lines[:3] == ["plan: 4 runs in 2 programs: 2 stacks of runs, 0 runs alone",
+                         "  program 1: stack of 2 runs (2 rows): fedavg-window seed 0, fednova-window seed 0",
+                         "  program 2: stack of 2 runs (2 rows): fedavg-window seed 1, fednova-window seed 1"]
+    lines = lines[3:]
     assert len(lines) == 4
     for k, line in enumerate(lines, 1):
         assert line.startswith(f"[{k}/4] ") and " on " in line
@@ -350,7 +361,7 @@ def test_interrupted_driver_resumes_and_unfinished_runs_continue(driver, referen
     seen = []
 
     def stop_after_two(line):
-        seen.append(line)
+        seen.extend(line for _ in [0] if line.startswith("["))  # finished runs (the plan comes first)
         if len(seen) == 2:
             raise KeyboardInterrupt
 
@@ -378,7 +389,9 @@ def test_own_failures_are_recorded_once_and_divergence_is_a_result(driver, slow_
     scenario = {**QUAD, "data": {**QUAD["data"], "name": slow_quad, "options": {"notes": str(notes)}}}
     res = run_compare(scenario, out=tmp_path / "c", executor="ray", retries=3,
                       grid={"data.options.fail": [False, True], "algorithm.lr": [0.1, 1e100]})
-    assert len(_attempts(notes)) == 4  # every run once: nothing retried
+    # every run once, nothing retried: two stacks (data.options differ), each building its data
+    # once; the failing stack's shared build fails, then each of its two runs builds (and fails) its own
+    assert len(_attempts(notes)) == 1 + 1 + 2
     assert sorted(res.failed) == [
         f"fedavg-window-data.options.fail=True-algorithm.lr={lr} seed 0: ScenarioError: data.options.fail: this "
         "cell is refused on purpose" for lr in ("0.1", "1e+100")]
@@ -422,9 +435,11 @@ def test_a_killed_worker_process_is_retried_and_changes_nothing(driver, slow_qua
 
     lines = []
     th = _kill_when_running(notes, kill)
-    res = run_compare(scenario, out=tmp_path / "cmp", executor="ray", seeds=[0, 1], log=lines.append)
+    # --no-stack: one task per run, as before stacks (no plan is logged)
+    res = run_compare(scenario, out=tmp_path / "cmp", executor="ray", seeds=[0, 1], log=lines.append, stack=False)
     th.join()
     assert len(res.ran) == 2 and not res.failed
+    assert not any(ln.startswith("plan: ") for ln in lines)
     assert len(_attempts(notes)) == 3  # one run twice
     retry = [ln for ln in lines if ln.startswith("retrying ")]
     assert len(retry) == 1 and "(attempt 2 of 4)" in retry[0] and "WorkerCrashedError" in retry[0]
@@ -466,13 +481,19 @@ def test_a_run_lost_more_often_than_its_retries_is_failed(driver, slow_quad, tmp
         os.kill(pid, signal.SIGKILL)
         return True
 
+    # one stack of two runs (one task, one data build per attempt): each of its runs is failed
+    # with the reason when its task is lost more often than the retries allow
     th = _kill_when_running(notes, kill, count=2)
-    res = run_compare(scenario, out=tmp_path / "c", executor="ray", retries=1)
+    res = run_compare(scenario, out=tmp_path / "c", executor="ray", retries=1, algorithms=["fedavg", "fednova"],
+                      log=(lines := []).append)
     th.join()
-    assert not res.ran and len(res.failed) == 1
-    assert res.failed[0].startswith("fedavg-window seed 0: WorkerCrashedError: ")
-    assert res.failed[0].endswith("(lost 2 times; --retries 1)")
-    assert not (tmp_path / "c" / "fedavg-window").exists()
+    retry = [ln for ln in lines if ln.startswith("retrying ")]
+    assert len(retry) == 1 and retry[0].startswith("retrying the stack of fedavg-window seed 0 (2 runs) (attempt 2 "
+                                                   "of 2): WorkerCrashedError: ")
+    assert not res.ran and len(res.failed) == 2 and len(_attempts(notes)) == 2
+    for f, cell in zip(sorted(res.failed), ("fedavg-window", "fednova-window")):
+        assert f.startswith(f"{cell} seed 0: WorkerCrashedError: ") and f.endswith("(lost 2 times; --retries 1)")
+        assert not (tmp_path / "c" / cell).exists()
 
 
 @pytest.mark.slow
@@ -506,3 +527,196 @@ def test_a_built_in_replaced_in_the_driver_is_replaced_on_the_workers(driver, re
     run_compare(QUAD, out=tmp_path / "c", algorithms=["fedprox"], seeds=[0])  # in this process
     assert tree(tmp_path / "b") == tree(tmp_path / "c")
     assert (tmp_path / "c" / "fedprox-window" / "seed0" / "rounds.csv").read_bytes() != nova
+
+
+# --------------------------------------------------------------------------- stacks on the cluster
+def test_a_task_runs_a_stack_and_writes_the_local_folders(driver, slow_quad, tmp_path):
+    """Issue 35 item 7: one Ray task per planned stack (two stacks of three runs: one per seed,
+    data.seed unset). The data are built once per stack -- ``slow_quad`` notes each build -- where
+    a task per run builds them once per run; every folder equals the local stacked comparison's
+    and each run alone."""
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    scenario = {**QUAD, "data": {**QUAD["data"], "name": slow_quad, "options": {"notes": str(notes)}}}
+    grid = dict(algorithms=["fedavg", "fednova", "fedprox"], seeds=[0, 1])
+    local_lines = []
+    local = run_compare(scenario, out=tmp_path / "local", log=local_lines.append, **grid)
+    alone = run_compare(scenario, out=tmp_path / "alone", stack=False, **grid)
+    assert len(local.ran) == len(alone.ran) == 6
+    assert len(_attempts(notes)) == 2 + 6  # local: once per stack; alone: once per run
+    for p in notes.iterdir():
+        p.unlink()
+    lines = []
+    res = run_compare(scenario, out=tmp_path / "ray", executor="ray", log=lines.append, **grid)
+    assert len(res.ran) == 6 and not res.failed
+    attempts = _attempts(notes)
+    assert len(attempts) == 2 and all(node != "local" for node, _ in attempts)  # one task (one build) per stack
+    assert lines[:3] == local_lines[:3] == [
+        "plan: 6 runs in 2 programs: 2 stacks of runs, 0 runs alone",
+        "  program 1: stack of 3 runs (3 rows): fedavg-window seed 0, fednova-window seed 0, fedprox-window seed 0",
+        "  program 2: stack of 3 runs (3 rows): fedavg-window seed 1, fednova-window seed 1, fedprox-window seed 1"]
+    for k, ln in enumerate(lines[3:], 1):  # then one line per run, as it ends
+        assert ln.startswith(f"[{k}/6] ") and " on " in ln
+    assert lines[-1].endswith("6 done, 0 running, 0 retried, 0 failed of 6; ETA 0:00:00")
+    assert_same(tmp_path / "local", tmp_path / "ray", cells=6)
+    assert_same(tmp_path / "alone", tmp_path / "ray", cells=6)
+
+
+BOOM = '''
+import numpy as np
+from dataclasses import dataclass
+import fedsim
+from fedsim.clock.selection import Picked, SelectionRule
+from fedsim.selection.section import SelectionSection
+
+
+@dataclass(frozen=True)
+class Boom(SelectionRule):
+    at: int = -1
+
+    def select(self, state, request):
+        if request.key == self.at:
+            raise RuntimeError(f"boom at {request.key}")
+        online = request.online()
+        pick = np.sort(online[np.random.default_rng(request.key).permutation(len(online))[: request.k]])
+        return state, Picked.of(pick, request.p)
+
+
+class BoomSection(SelectionSection):
+    at: int = -1
+
+    def clock_value(self):
+        return Boom(self.at)
+
+
+fedsim.register_selector("ray_boom", BoomSection)
+'''
+
+
+def test_a_failing_plug_in_run_fails_alone_in_its_stack(cluster, tmp_path, monkeypatch):
+    """A stack of four runs on one task, two of them with a selector (a --plugin module sent with
+    the job) that raises at round 1: those two fail with their error, the other two complete and
+    equal the local stacked comparison's runs."""
+    if ray.is_initialized():
+        ray.shutdown()  # this comparison connects by itself, so that the --plugin module is sent
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "fedsim_ray_boom.py").write_text(BOOM)
+    monkeypatch.syspath_prepend(str(mods))
+    scenario = {**QUAD, "round": {**QUAD["round"], "clients_per_round": 2, "selection": {"name": "ray_boom"}}}
+    kw = dict(algorithms=["fedavg", "fednova"], grid={"round.selection.at": [-1, 1]}, plugins=["fedsim_ray_boom"])
+    try:
+        local = run_compare(scenario, out=tmp_path / "local", **kw)
+        res = run_compare(scenario, out=tmp_path / "ray", executor="ray", address=cluster.address,
+                          log=(lines := []).append, **kw)
+    finally:
+        registries.SELECTORS.unregister("ray_boom")
+    assert lines[0] == "plan: 4 runs in 1 programs: 1 stacks of runs, 0 runs alone"
+    ok = ["fedavg-window-round.selection.at=-1 seed 0", "fednova-window-round.selection.at=-1 seed 0"]
+    assert sorted(res.ran) == sorted(local.ran) == ok
+    assert sorted(res.failed) == sorted(local.failed) == [
+        f"{a}-window-round.selection.at=1 seed 0: SelectionFailed: round.selection: ray_boom.select() failed: "
+        "RuntimeError: boom at 1" for a in ("fedavg", "fednova")]
+    ta, tb = tree(tmp_path / "local"), tree(tmp_path / "ray")
+    for cell in ("fedavg-window-round.selection.at=-1", "fednova-window-round.selection.at=-1"):
+        files = [k for k in ta if k.startswith(cell + "/")]
+        assert len(files) >= 5 and all(ta[k] == tb[k] for k in files), cell
+    assert not (tmp_path / "ray" / "fedavg-window-round.selection.at=1").exists()  # a failed run comes back absent
+    assert not ray.is_initialized()
+
+
+CRASH = '''
+import os, signal, time
+from dataclasses import dataclass
+import numpy as np
+import fedsim
+from fedsim.clock.selection import Picked, SelectionRule
+from fedsim.selection.section import SelectionSection
+
+
+@dataclass(frozen=True)
+class CrashOnce(SelectionRule):
+    at: int = -1
+    notes: str = ""
+
+    def select(self, state, request):
+        with open(os.path.join(self.notes, f"{os.getpid()}-{request.key}-{time.monotonic_ns()}"), "w"):
+            pass
+        marker = os.path.join(self.notes, "..", "crashed")
+        if request.key == self.at and not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(3)  # the runs that ended have reached the driver
+            os.kill(os.getpid(), signal.SIGKILL)
+        online = request.online()
+        pick = np.sort(online[np.random.default_rng(request.key).permutation(len(online))[: request.k]])
+        return state, Picked.of(pick, request.p)
+
+
+class CrashOnceSection(SelectionSection):
+    at: int = -1
+    notes: str = ""
+
+    def clock_value(self):
+        return CrashOnce(self.at, self.notes)
+
+
+fedsim.register_selector("ray_crash_once", CrashOnceSection)
+'''
+
+
+def test_a_lost_stack_is_retried_with_only_its_runs_not_ended(cluster, tmp_path, monkeypatch):
+    """A stack of a 1-round and a 3-round run; the worker process is killed (once) at the second
+    run's round 1, after the first run ended and its folder came back. The stack is submitted again
+    with the second run only: the first run's round is selected once over both attempts, and every
+    folder equals the local stacked comparison's."""
+    if ray.is_initialized():
+        ray.shutdown()  # this comparison connects by itself, so that the --plugin module is sent
+    mods, notes = tmp_path / "mods", tmp_path / "notes"
+    mods.mkdir()
+    notes.mkdir()
+    (mods / "fedsim_ray_crash.py").write_text(CRASH)
+    monkeypatch.syspath_prepend(str(mods))
+    scenario = {**QUAD, "round": {**QUAD["round"], "clients_per_round": 2,
+                                  "selection": {"name": "ray_crash_once", "at": 1, "notes": str(notes)}}}
+    kw = dict(grid={"rounds": [1, 3]}, plugins=["fedsim_ray_crash"])
+    marker = tmp_path / "crashed"
+    try:
+        marker.touch()  # no crash in this process
+        local = run_compare(scenario, out=tmp_path / "local", **kw)
+        marker.unlink()
+        for p in notes.iterdir():
+            p.unlink()
+        res = run_compare(scenario, out=tmp_path / "ray", executor="ray", address=cluster.address,
+                          log=(lines := []).append, **kw)
+    finally:
+        registries.SELECTORS.unregister("ray_crash_once")
+    assert len(local.ran) == 2 and sorted(res.ran) == sorted(local.ran) and not res.failed
+    assert lines[0] == "plan: 2 runs in 1 programs: 1 stacks of runs, 0 runs alone"
+    retry = [ln for ln in lines if ln.startswith("retrying ")]
+    assert len(retry) == 1 and retry[0].startswith("retrying fedavg-window-rounds=3 seed 0 (attempt 2 of 4): "
+                                                   "WorkerCrashedError: ")
+    by_pid: dict[int, list[int]] = {}
+    for p in sorted(notes.iterdir(), key=lambda p: int(p.name.split("-")[2])):
+        pid, key, _ = (int(x) for x in p.name.split("-"))
+        by_pid.setdefault(pid, []).append(key)
+    # first attempt: both runs' round 0, then round 1 of the 3-round run (killed there);
+    # second attempt: the 3-round run alone, from its start
+    assert sorted(by_pid.values(), key=len) == [[0, 0, 1], [0, 1, 2]]
+    assert_same(tmp_path / "local", tmp_path / "ray", cells=2)
+    assert not ray.is_initialized()
+
+
+def test_a_run_whose_folder_cannot_travel_fails_alone_in_its_stack(driver, reference, tmp_path):
+    """One stack (fedavg and fednova, seed 0); fednova's folder holds a symbolic link, which cannot
+    be sent to a worker: that run fails with the reason, fedavg runs and equals the local run."""
+    out = tmp_path / "cmp"
+    bad = out / "fednova-window" / "seed0"
+    bad.mkdir(parents=True)
+    (bad / "link").symlink_to(tmp_path)
+    res = run_compare(QUAD, out=out, executor="ray", algorithms=["fedavg", "fednova"], seeds=[0])
+    assert res.ran == ["fedavg-window seed 0"]
+    assert len(res.failed) == 1 and res.failed[0].startswith("fednova-window seed 0: ScenarioError: ")
+    assert res.failed[0].endswith("link is a symbolic link; a run folder sent to or from a Ray worker holds only "
+                                  "regular files and folders (move it away)")
+    ta, tb = tree(reference / "fedavg-window" / "seed0"), tree(out / "fedavg-window" / "seed0")
+    assert ta == tb and len(ta) >= 5

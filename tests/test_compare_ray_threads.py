@@ -9,7 +9,8 @@ The suite's ``OMP_NUM_THREADS=2`` (tests/conftest.py) is unset here: Ray passes 
 on to its workers unchanged, which hid the difference from the suite. A model whose rule gives the budget: logistic regression on Synthetic, batched (chunk 128). Two
 cells, three rounds, on a Ray instance of this machine that fedsim starts. ``FEDSIM_HOLD_CORES=0``
 in both: then ``threads.waited_for_cores_s`` (a measurement of waiting, not of the run) is 0 in
-both, and every byte is compared."""
+both, and every byte is compared. Two stacks of two runs (one per seed), each one Ray task, as the
+local comparison runs them."""
 
 from __future__ import annotations
 
@@ -76,19 +77,25 @@ def test_ray_comparison_equals_the_local_one_with_info_yaml(tmp_path, monkeypatc
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("FEDSIM_HOLD_CORES", "0")
-    grid = dict(algorithms=["fedavg", "fednova"], seeds=[0])
-    local = run_compare(SYN, out=tmp_path / "local", **grid)
-    assert len(local.ran) == 2 and not local.failed
+    # two stacks (data.seed unset: one per seed) of two runs each, run as one Ray task per stack
+    grid = dict(algorithms=["fedavg", "fednova"], seeds=[0, 1])
+    local_lines = []
+    local = run_compare(SYN, out=tmp_path / "local", log=local_lines.append, **grid)
+    assert len(local.ran) == 4 and not local.failed
     info = yaml.safe_load((tmp_path / "local" / "fedavg-wait" / "seed0" / "info.yaml").read_text())
     assert info["threads"]["threads"] == thread_budget() >= 2 and info["threads"]["rule"] == "budget"
     assert info["clients_per_batch"] > 1
     assert not ray.is_initialized()
     notes = []
     res = run_compare(SYN, out=tmp_path / "ray", executor="ray", log=notes.append, **grid)
-    assert len(res.ran) == 2 and not res.failed, notes
+    assert len(res.ran) == 4 and not res.failed, notes
     assert not ray.is_initialized()
+    plan = ["plan: 4 runs in 2 programs: 2 stacks of runs, 0 runs alone",
+            "  program 1: stack of 2 runs (16 rows): fedavg-wait seed 0, fednova-wait seed 0",
+            "  program 2: stack of 2 runs (16 rows): fedavg-wait seed 1, fednova-wait seed 1"]
+    assert local_lines[:3] == plan and notes[:3] == plan  # the plan first, as locally
     a, b = tree(tmp_path / "local"), tree(tmp_path / "ray")
-    assert sorted(a) == sorted(b) and sum(k.endswith("/info.yaml") for k in a) == 2
+    assert sorted(a) == sorted(b) and sum(k.endswith("/info.yaml") for k in a) == 4
     for k in a:
         assert a[k] == b[k], k
 
@@ -119,5 +126,7 @@ def test_comparisons_doc_states_the_plan():
     text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "comparisons.md").read_text().split())
     assert "`info.yaml` included -- its `threads` block too (threads, rule, budget, rounds held)" in text
     assert "The budget is fixed when the comparison opens: the driver's own" in text
-    assert "`tests/test_compare_ray_threads.py` compares every file of a two-cell Ray comparison" in text
-    assert "`info.yaml`'s `threads` block aside" not in text
+    assert ("`tests/test_compare_ray_threads.py` compares every file of a Ray comparison of two stacks of two runs"
+            in text)
+    ray_part = text.split("## On a Ray cluster", 1)[1].split("### Starting a cluster", 1)[0]
+    assert "`info.yaml`'s `threads` block aside" not in ray_part

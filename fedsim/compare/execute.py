@@ -12,7 +12,8 @@ so an interrupted comparison resumes where it stopped and a new ``target`` only 
 tables. By default the runs that share data and model shapes run as one program, a stack
 (:mod:`.stacks`, :mod:`.stack`; docs/comparisons.md "Stacks"); ``stack=False`` runs one program per
 run. Programs run in parallel local processes (``jobs``, spawn start method) or, with
-``executor="ray"``, a run is a task on a Ray cluster (:mod:`.ray_executor`), with the same folder.
+``executor="ray"``, a stack (a run with ``stack=False``) is a task on a Ray cluster
+(:mod:`.ray_executor`), with the same folders.
 """
 
 from __future__ import annotations
@@ -111,16 +112,17 @@ def run_compare(
         progress: show a progress bar over the runs to do on standard error when it is a terminal.
         table_format: ``csv`` or ``parquet`` tables for the runs started here (:func:`run_one`).
         plugins: ``--plugin`` modules, imported here and by every worker before a scenario is read.
-        executor: ``local`` (processes on this machine, ``jobs``) or ``ray`` (a task per run on a
-            Ray cluster, docs/comparisons.md; needs ``pip install 'fedsim[ray]'``).
+        executor: ``local`` (processes on this machine, ``jobs``) or ``ray`` (a task per stack, or
+            per run with ``stack=False``, on a Ray cluster, docs/comparisons.md; needs ``pip install 'fedsim[ray]'``).
         address: with ``ray``: None (a Ray instance on this machine for this comparison), ``auto``
             or ``HOST:PORT`` of a running cluster; a ``ray.init`` already made in this process is used as is.
         retries: with ``ray``: times a run is submitted again after its worker process or node was
             lost (default 3).
-        gpus_per_cell: with ``ray``: the GPU fraction a run with ``engine.device: cuda`` holds (default 1).
+        gpus_per_cell: with ``ray``: the GPU fraction a task (a stack, or a run) with ``engine.device: cuda``
+            holds (default 1).
         stack: run the runs that share data and model shapes as one program each (a stack,
-            :mod:`.stack`; default); False: one program per run (the runs are the same either way,
-            docs/comparisons.md "Stacks"). Local executor only.
+            :mod:`.stack`; default; with ``ray`` one task per stack); False: one program (or Ray
+            task) per run (the runs are the same either way, docs/comparisons.md "Stacks").
         stack_rows: the most training rows (clients of one round, over a stack's runs) one stack
             trains at once (None: sized from the model's parameter bytes, :func:`.stacks.auto_rows`).
     """
@@ -189,7 +191,8 @@ def run_compare(
             bar()
 
         if session is not None:
-            session.run(todo, table_format, finished, run_one, status=None if bar is None else bar.note)
+            session.run(todo, table_format, finished, run_one, status=None if bar is None else bar.note,
+                        stack=stack, stack_rows=stack_rows, log=log if bar is None else bar_log(bar, log))
         elif stack and todo:
             _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log if bar is None else bar_log(bar, log),
                          status=None if bar is None else bar.note)

@@ -1,17 +1,21 @@
-"""Running a comparison's cells as Ray tasks: ``fedsim compare --executor ray`` (docs/comparisons.md).
+"""Running a comparison's stacks as Ray tasks: ``fedsim compare --executor ray`` (docs/comparisons.md).
 
 The driver (the process that plans) validates every (cell, seed) exactly as for local processes,
-then submits one Ray task per run that is not already complete. A task receives its run's resolved
-scenario as YAML text (never a built workload), runs it with :func:`fedsim.compare.execute.run_one`
-in a temporary folder of its own worker and returns that folder's files as bytes; the driver stages
-them beside the run's folder (each file with :class:`fedsim.atomic.AtomicFile`) and renames the
-staged folder into place. No filesystem is shared between nodes, and a run folder in the comparison
-is either complete or absent: a driver stopped at any point resumes with the same command.
+plans the runs that are not already complete into stacks as a local comparison does
+(:func:`fedsim.compare.stacks.plan_stacks`, the plan logged first) and submits one Ray task per
+stack (:func:`_stack`; with ``--no-stack`` one per run, :func:`_cell`). A task receives its runs'
+resolved scenarios as YAML text (never a built workload), runs them in temporary folders of its own
+worker -- a stack with :func:`fedsim.compare.stack.run_stack`, a run alone with
+:func:`fedsim.compare.execute.run_one` -- and returns each run's files as bytes as soon as that run
+ends; the driver stages them beside the run's folder (each file with
+:class:`fedsim.atomic.AtomicFile`) and renames the staged folder into place. No filesystem is
+shared between nodes, and a run folder in the comparison is either complete or absent: a driver
+stopped at any point resumes with the same command.
 
 Threads are fixed when the session opens, by the rule a local run follows
 (:mod:`fedsim.engine.threads`): the driver's thread budget B goes with every task, and the worker
 runs inside :func:`~fedsim.engine.threads.fixed_budget` (B), so it picks the threads and the chunk
-of clients a local run of the cell picks, whatever ``OMP_NUM_THREADS`` Ray gave it, and writes
+of clients a local run (or stack) picks, whatever ``OMP_NUM_THREADS`` Ray gave it, and writes
 the same ``info.yaml``. Resources of a task follow its cell (:func:`planned_threads`):
 ``engine.threads`` CPUs when pinned, 1 for the quadratic problem (the rule's one thread), else B
 (the rule's count for batched chunks and conv nets; a model it steps one client at a time holds B
@@ -21,10 +25,12 @@ that asks for no GPU sees none (``CUDA_VISIBLE_DEVICES`` empty), so ``engine.dev
 on the CPU.
 
 Faults: a task whose worker process or node is lost (any Ray system error: the worker crashed or
-was killed, the node died, the memory monitor killed it, its result was lost) is submitted again,
-at most ``retries`` times, wherever Ray places it. A task that raises (bad input, a failing run) is
-recorded as failed once and not retried. Runs are deterministic, so a retried run writes the same
-bytes as an undisturbed one.
+was killed, the node died, the memory monitor killed it, its result was lost) is submitted again
+with its runs that had not ended, at most ``retries`` times, wherever Ray places it; each from the
+folder the driver holds. A run that fails (bad input, its plug-in raising) is recorded as failed
+once, with its error, and not retried; a task that raises fails its runs not ended with its error.
+Runs are deterministic, so a retried run writes the bytes of an undisturbed one (a stack retried
+with fewer runs: as a local stack resumed with fewer, docs/comparisons.md).
 
 Nothing here imports Ray until a session opens, so ``import fedsim`` never loads it.
 """
@@ -285,6 +291,89 @@ def _cell(run_one: Callable, scenario_text: str, table_format: str, plugins: tup
     yield {"result": res, "files": files}
 
 
+def _stack(runs: Sequence[tuple[str, int, str]], table_format: str, plugins: tuple, pieces: list,
+           olds: Sequence[dict | None], gpu: bool, budget: int | None = None, stack_rows: int | None = None,
+           run_one: Callable | None = None):
+    """The Ray task of one planned stack (a generator): yields where it started, then one item per
+    event as it happens: ``{"log": line}`` (the stack's log lines), and per run as it ends
+    ``{"index": i, "result", "files"}`` or ``{"index": i, "error": "Type: message"}``.
+
+    ``runs``: (cell name, seed, scenario text) per run; ``olds``: the files of each run's folder
+    (an unfinished run continues from its checkpoint), None where there is none. The stack runs
+    with :func:`fedsim.compare.stack.run_stack` (a stack of one run: ``run_one``) in a thread of
+    this worker, inside :func:`~fedsim.engine.threads.fixed_budget` (``budget``), so that each
+    run's folder is sent back the moment it ends; a cancelled task stops it after its current step.
+    An error of the stack itself (not of one run) is raised: the driver fails its runs left."""
+    import queue
+    import threading
+
+    import ray
+    import yaml
+
+    from ..engine.threads import fixed_budget
+    from ..scenario import parse_scenario
+    from .plan import Cell
+    from .stack import run_stack
+
+    yield {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(), "pid": os.getpid()}
+    if not gpu:  # a stack that holds no GPU uses none (device auto -> cpu)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    _prepare_worker(plugins, pieces)
+    with tempfile.TemporaryDirectory(prefix="fedsim-stack-") as tmp:
+        todo = []
+        for i, ((name, seed, text), old) in enumerate(zip(runs, olds)):
+            folder = Path(tmp) / f"run{i}"
+            if old is not None:
+                write_folder(folder, old)
+            todo.append(CompareRun(Cell(name, {}, {}), seed, folder, parse_scenario(yaml.safe_load(text))))
+        where = {id(r): i for i, r in enumerate(todo)}
+        events: queue.Queue = queue.Queue()
+        stop = threading.Event()
+        crash: list[BaseException] = []
+
+        def finished(r: CompareRun, res: dict | None, err: BaseException | None) -> None:
+            i = where[id(r)]
+            if err is None:
+                try:
+                    events.put({"index": i, "result": res, "files": read_folder(r.folder)})
+                    return
+                except Exception as e:  # noqa: BLE001 - its folder cannot travel: that run's error
+                    err = e
+            events.put({"index": i, "error": getattr(err, "described", None) or f"{type(err).__name__}: {err}"})
+
+        def status(text: str | None) -> None:  # after each step of the stack: stop when cancelled
+            if stop.is_set():
+                raise KeyboardInterrupt
+
+        def body() -> None:
+            try:
+                with fixed_budget(budget):  # the threads and chunk a local run of the stack chooses
+                    if len(todo) == 1:
+                        r = todo[0]
+                        try:
+                            finished(r, run_one(runs[0][2], str(r.folder), table_format), None)
+                        except Exception as err:  # noqa: BLE001 - the run's own error
+                            finished(r, None, err)
+                    else:
+                        run_stack(todo, table_format, finished, max_rows=stack_rows,
+                                  log=lambda line: events.put({"log": line}), status=status)
+            except BaseException as err:  # noqa: BLE001 - the stack's own error: raised by the task
+                crash.append(err)
+            finally:
+                events.put(None)
+
+        th = threading.Thread(target=body, name="fedsim-stack", daemon=True)
+        th.start()
+        try:
+            while (item := events.get()) is not None:
+                yield item
+        finally:
+            stop.set()
+            th.join()
+        if crash and not isinstance(crash[0], KeyboardInterrupt):
+            raise crash[0]
+
+
 # --------------------------------------------------------------------------- the driver's side
 #: Seconds a TCP connection to ``--address`` may take before it counts as unreachable.
 PROBE_TIMEOUT_S = 10.0
@@ -342,11 +431,17 @@ def _fmt_eta(seconds: float | None) -> str:
 
 @dataclass
 class _Attempt:
-    run: CompareRun
+    runs: tuple[CompareRun, ...]  # the task's runs (one, or a stack's runs still to do)
     gen: Any
     attempt: int  # 1 = first submission
     started: float | None = None
     host: str = ""
+    stacked: bool = False  # a stack task (:func:`_stack`), else one run (:func:`_cell`)
+    left: set[int] | None = None  # indices of ``runs`` not ended yet
+
+    def __post_init__(self):
+        if self.left is None:
+            self.left = set(range(len(self.runs)))
 
 
 class RaySession:
@@ -502,42 +597,70 @@ class RaySession:
         finished: Callable[..., None],
         run_one: Callable,
         status: Callable[[str], None] | None = None,
+        *,
+        stack: bool = False,
+        stack_rows: int | None = None,
+        log: Callable[[str], None] | None = None,
     ) -> int:
-        """Run ``todo`` as Ray tasks, each with ``run_one`` (a module-level function, sent by
-        reference); ``finished(run, result, error, note)`` is called once per run (``error`` a
-        :class:`TaskFailure` for a run that failed on its worker, or after its retries). ``status``
-        gets the cluster's counts whenever they change. Returns the number of retries."""
+        """Run ``todo`` as Ray tasks: with ``stack``, one task per planned stack
+        (:func:`fedsim.compare.stacks.plan_stacks` with ``stack_rows``, the plan logged first, as
+        locally), else one task per run; ``run_one`` (a module-level function, sent by reference)
+        runs a run alone. ``finished(run, result, error, note)`` is called once per run, as it
+        ends (``error`` a :class:`TaskFailure` for a run that failed on its worker, or after its
+        retries). ``status`` gets the cluster's counts whenever they change; ``log`` (default: the
+        session's) the plan and the stacks' log lines. Returns the number of retries."""
         ray = self.ray
+        log = log or self.log
         remove_leftovers(r.folder for r in todo)
         pieces, notes = registered_pieces()
         for n in notes:
             self.log(n)
+        groups: list[tuple[CompareRun, ...]]
+        if stack:
+            from .stacks import plan_lines, plan_stacks
+
+            stacks = plan_stacks(todo, stack_rows)
+            for ln in plan_lines(stacks):
+                log(ln)
+            groups = [st.runs for st in stacks]
+        else:
+            groups = [(r,) for r in todo]
         pieces_ref = ray.put(pieces)
         opts = self.options
         cpu_fn = ray.remote(max_retries=0)(_cell)
         gpu_fn = ray.remote(num_gpus=1, max_retries=0, max_calls=1)(_cell)  # a fresh process per GPU run
+        cpu_stack = ray.remote(max_retries=0)(_stack)
+        gpu_stack = ray.remote(num_gpus=1, max_retries=0, max_calls=1)(_stack)
         pending: dict[Any, _Attempt] = {}
         snapshots: dict[Path, tuple | None] = {}
         counts = {"done": 0, "failed": 0, "retried": 0}
         total = len(todo)
         t0 = time.perf_counter()
 
-        def submit(r: CompareRun, attempt: int) -> None:
-            need = cell_resources(r.scenario, opts.gpus_per_cell, self.budget)
+        def submit(runs: tuple[CompareRun, ...], olds: list, attempt: int) -> None:
+            """One task for ``runs`` (one run, or runs of one stack: their data, model and engine
+            settings are the same, so are their resources); ``olds``: their folders' files (None:
+            no folder)."""
+            first = runs[0].scenario
+            need = cell_resources(first, opts.gpus_per_cell, self.budget)
             cpus = need["num_cpus"]
-            if not r.scenario.engine.threads and self.largest_cpus is not None and self.largest_cpus >= 1:
+            if not first.engine.threads and self.largest_cpus is not None and self.largest_cpus >= 1:
                 cpus = min(cpus, int(self.largest_cpus))  # a node smaller than the budget: the run still uses it
-            snap = snapshot(r.folder)
-            snapshots[r.folder] = snap
-            old = ray.put(read_folder(r.folder)) if snap is not None else None
-            fn = gpu_fn if need["num_gpus"] else cpu_fn
-            gen = fn.options(num_cpus=cpus, num_gpus=need["num_gpus"], num_returns="streaming").remote(
-                run_one, dump_scenario(r.scenario), table_format, self.plugins, pieces_ref, old, bool(need["num_gpus"]),
-                self.budget)
-            pending[gen] = _Attempt(r, gen, attempt)
+            gpu = bool(need["num_gpus"])
+            kw = dict(num_cpus=cpus, num_gpus=need["num_gpus"], num_returns="streaming")
+            if stack:
+                fn = gpu_stack if gpu else cpu_stack
+                gen = fn.options(**kw).remote(
+                    [(r.cell.name, r.seed, dump_scenario(r.scenario)) for r in runs], table_format, self.plugins,
+                    pieces_ref, ray.put(olds), gpu, self.budget, stack_rows, run_one)
+            else:
+                old = ray.put(olds[0]) if olds[0] is not None else None
+                gen = (gpu_fn if gpu else cpu_fn).options(**kw).remote(
+                    run_one, dump_scenario(first), table_format, self.plugins, pieces_ref, old, gpu, self.budget)
+            pending[gen] = _Attempt(tuple(runs), gen, attempt, stacked=stack)
 
         def line() -> str:
-            running = sum(a.started is not None for a in pending.values())
+            running = sum(len(a.left) for a in pending.values() if a.started is not None)
             ended = counts["done"] + counts["failed"]
             eta = (time.perf_counter() - t0) / ended * (total - ended) if ended else None
             return (f"{counts['done']} done, {running} running, {counts['retried']} retried, {counts['failed']} "
@@ -547,18 +670,38 @@ class RaySession:
             if status is not None:
                 status(line())
 
-        def end(a: _Attempt, res: dict | None, err: BaseException | None) -> None:
-            pending.pop(a.gen, None)
+        def end(a: _Attempt, i: int, res: dict | None, err: BaseException | None) -> None:
+            """Run ``i`` of ``a`` ended; ``a`` leaves the pending tasks with its last run."""
+            a.left.discard(i)
+            if not a.left:
+                pending.pop(a.gen, None)
             counts["failed" if err is not None else "done"] += 1
             where = f" on {a.host}" if a.host else ""
-            finished(a.run, res, err, f"{where} | {line()}")
+            finished(a.runs[i], res, err, f"{where} | {line()}")
             show()
 
-        for r in todo:
-            try:
-                submit(r, 1)
-            except (ScenarioError, OSError) as err:
-                end(_Attempt(r, None, 1), None, TaskFailure(f"{type(err).__name__}: {err}"))
+        def end_all(a: _Attempt, err: BaseException) -> None:
+            for i in sorted(a.left):
+                end(a, i, None, err)
+            pending.pop(a.gen, None)
+
+        def try_submit(runs: tuple[CompareRun, ...], attempt: int) -> None:
+            """``runs`` submitted with their folders' files; a run whose folder cannot travel (a
+            symbolic link in it, ...) fails alone, the others go."""
+            ok, olds = [], []
+            for r in runs:
+                try:
+                    snap = snapshot(r.folder)
+                    snapshots[r.folder] = snap
+                    olds.append(read_folder(r.folder) if snap is not None else None)
+                    ok.append(r)
+                except (ScenarioError, OSError) as err:
+                    end_all(_Attempt((r,), None, attempt), TaskFailure(f"{type(err).__name__}: {err}"))
+            if ok:
+                submit(tuple(ok), olds, attempt)
+
+        for runs in groups:
+            try_submit(runs, 1)
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -566,10 +709,10 @@ class RaySession:
                     a = pending[gen]
                     try:
                         item = ray.get(next(gen))
-                    except StopIteration:  # no result: treat as a lost worker
+                    except StopIteration:  # no result (left): treat as a lost worker
                         item, err = None, RuntimeError("the task ended without a result")
                     except ray.exceptions.RayTaskError as e:
-                        end(a, None, TaskFailure(_message(e)))
+                        end_all(a, TaskFailure(_message(e)))
                         continue
                     except ray.exceptions.TaskCancelledError:
                         raise KeyboardInterrupt from None
@@ -577,28 +720,36 @@ class RaySession:
                         item, err = None, e
                     if item is None:  # the worker process or its node was lost
                         pending.pop(gen, None)
+                        if not a.left:
+                            continue
+                        rest = tuple(a.runs[i] for i in sorted(a.left))  # the runs that ended stay done
                         if a.attempt <= opts.retries:
-                            counts["retried"] += 1
-                            self.log(f"retrying {a.run.label} (attempt {a.attempt + 1} of {opts.retries + 1}): "
-                                     f"{_message(err)}")
-                            try:
-                                submit(a.run, a.attempt + 1)
-                            except (ScenarioError, OSError) as e:
-                                end(a, None, TaskFailure(f"{type(e).__name__}: {e}"))
+                            counts["retried"] += len(rest)
+                            what = rest[0].label if len(rest) == 1 else f"the stack of {rest[0].label} ({len(rest)} runs)"
+                            log(f"retrying {what} (attempt {a.attempt + 1} of {opts.retries + 1}): {_message(err)}")
+                            try_submit(rest, a.attempt + 1)
                             show()
                         else:
-                            end(a, None, TaskFailure(f"{_message(err)} (lost {a.attempt} times; --retries {opts.retries})"))
+                            end_all(a, TaskFailure(f"{_message(err)} (lost {a.attempt} times; --retries {opts.retries})"))
                         continue
-                    if "files" not in item:  # it started
+                    if "log" in item:
+                        log(str(item["log"]))
+                        continue
+                    if "files" not in item and "error" not in item:  # it started
                         a.started, a.host = time.perf_counter(), str(item.get("host", ""))
                         show()
                         continue
-                    try:
-                        store_folder(a.run.folder, item["files"], snapshots.get(a.run.folder))
-                    except (ScenarioError, OSError) as e:
-                        end(a, None, TaskFailure(f"{type(e).__name__}: {e}"))
+                    i = int(item.get("index", 0))
+                    if "error" in item:
+                        end(a, i, None, TaskFailure(str(item["error"])))
                         continue
-                    end(a, item["result"], None)
+                    r = a.runs[i]
+                    try:
+                        store_folder(r.folder, item["files"], snapshots.get(r.folder))
+                    except (ScenarioError, OSError) as e:
+                        end(a, i, None, TaskFailure(f"{type(e).__name__}: {e}"))
+                        continue
+                    end(a, i, item["result"], None)
         except BaseException:
             for gen in list(pending):
                 try:
