@@ -487,33 +487,46 @@ def test_a_window_fits_steps_after_the_shared_download():
     assert [cfg[STEPS_KEY] for _, _, cfg in seen] == [97, 97]
 
 
-def test_the_flower_grid_equals_fedsims_own_clock_on_a_shared_link():
+@pytest.mark.parametrize("round_", [
+    {"policy": "wait", "local_steps": 2},
+    {"policy": "window", "window": 3.0},
+    {"policy": "deadline", "deadline": 2.0, "local_steps": 4, "on_deadline": "partial"},
+    {"policy": "deadline", "deadline": 2.0, "local_steps": 4},
+], ids=["wait", "window", "partial", "deadline"])
+def test_the_flower_grid_equals_fedsims_own_clock_on_a_shared_link(round_):
     """The same scenario on fedsim's clock (``fedsim.schedule``, i.e. ``--schedule-only``) and on
-    the Flower grid: 3 nodes, a shared server link both ways, unequal own links, 2 rounds of wait.
-    fedsim bills the model's bytes: a logreg on synthetic data has 610 float32 = 2,440 bytes; a
-    Flower ArrayRecord of the same 610 float32 sends 2,440 + 128 (.npy header) = 2,568 bytes, so
-    ``system.payload_bytes: 2568`` makes fedsim bill what the Flower app sends. Every round's
-    close and every node's end, download and upload are then equal (to 1e-12 s)."""
+    the Flower grid: 3 nodes (speeds 1, 2, 4), a shared server link both ways, unequal own links
+    (down 3e5, 0.5e5, 2e5: node 1 capped below the fair level of 2.5e5 / 3), node 1 offline in
+    [1, 3.5) (mid-job in round 1, absent in round 2), 2 rounds. fedsim bills the model's bytes: a
+    logreg on synthetic data has 610 float32 = 2,440 bytes; a Flower ArrayRecord of the same 610
+    float32 sends 2,440 + 128 (.npy header) = 2,568 bytes, so ``system.payload_bytes: 2568`` makes
+    fedsim bill what the Flower app sends. Every round's close and every messaged node's status,
+    steps, end, download and upload are then equal (to 1e-12 s; measured: equal to the bit). fedsim
+    lists a node offline at the open as an ``offline`` row; the Flower strategy sees only the
+    online nodes (get_node_ids) and sends it nothing."""
     import fedsim
     from flwr.app import Array
 
     assert len(Array(np.zeros(610, np.float32)).data) == 2440 + 128
     system = {"speed": [1.0, 2.0, 4.0], "latency": 0.1, "payload_bytes": 2568,
-              "network": {"down": [3e5, 1e5, 2e5], "up": [1e5, 3e5, 2e5]}, "server": {"down": 2.5e5, "up": 2e5}}
+              "network": {"down": [3e5, 0.5e5, 2e5], "up": [1e5, 3e5, 2e5]}, "server": {"down": 2.5e5, "up": 2e5},
+              "availability": [[], [[1.0, 3.5]], []]}
     sc = {"name": "link", "seed": 0, "rounds": 2, "data": {"name": "synthetic", "clients": 3},
-          "model": {"name": "logreg"}, "system": system, "round": {"policy": "wait", "local_steps": 2},
+          "model": {"name": "logreg"}, "system": system, "round": round_,
           "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 8}}
     native = fedsim.schedule(sc)
     res, _, _ = exchange(sc, make_client()[0], nbytes=2440, rounds=2)
     assert [e.close for e in res.exchanges] == pytest.approx(list(native.rounds["sim_time"]), abs=1e-12)
     mine = [(k, o.client, o.status, o.steps, o.end, o.download, o.upload)
             for k, e in enumerate(res.exchanges) for o in sorted(e.outcomes, key=lambda o: o.client)]
-    theirs = [tuple(r) for r in native.clients[["round", "client", "status", "steps", "end", "download", "upload"]]
+    rows = native.clients[native.clients["status"] != "offline"]
+    theirs = [tuple(r) for r in rows[["round", "client", "status", "steps", "end", "download", "upload"]]
               .itertuples(index=False)]
-    assert [m[:4] for m in mine] == [t[:4] for t in theirs]
+    assert [m[:4] for m in mine] == [t[:4] for t in theirs] and len(mine) == 5
     assert [m[4:] for m in mine] == [pytest.approx(t[4:], abs=1e-12) for t in theirs]
-    # the links are shared: some download took longer than alone (latency + bits / own link)
-    assert any(o.download > 0.1 + 2568 * 8 / system["network"]["down"][o.client] + 1e-9 for o in res.exchanges[0].outcomes)
+    # the links are shared: the downloads took longer than alone (latency + bits / own link)
+    assert all(o.download > 0.1 + 2568 * 8 / system["network"]["down"][o.client] + 1e-6
+               for o in res.exchanges[1].outcomes)
 
 
 def test_a_window_with_no_room_after_a_shared_download_drops_the_node_there():
