@@ -1,6 +1,6 @@
 """The clock under fedsim's Flower Grid: when a message reaches its node, how many local steps the
 node may do (tau_i), and when its reply or its failure reaches the server. Plain values: no
-``flwr``, no torch, so the rules are tested on hand-made worlds (tests/test_flower_timing.py).
+``flwr``, no torch, so the rules are tested on hand-made worlds (tests/test_flower_grid.py).
 
 One exchange (one ``Grid.send_and_receive`` call) opens at t0 with one message per node. For each:
 
