@@ -381,3 +381,182 @@ def test_a_device_trace_gives_speeds_and_bandwidths(tmp_path):
     got = {c: e[2] for c, e in ends(res).items()}
     assert got == pytest.approx({0: 1.1015625 + 1.92 + 2.203125, 1: 1.1015625 + 3.84 + 2.203125,
                                  2: 1.1015625 + 0.96 + 2.203125}, abs=1e-9)
+
+
+# ----------------------------------------------------------------------------- the server's link
+# docs/flower.md, "The server's link": within one exchange the downloads share system.server.down
+# and the replies system.server.up as on fedsim's clock (docs/clock.md, "The server's link").
+# A Flower array of n float32 is 4 n + 128 bytes (.npy header): 250 floats are 1,128 bytes =
+# 9,024 bits, 1,000 floats 4,128 bytes = 33,024 bits.
+
+def two_nodes(speed, network, server, latency=0.5, **round_):
+    return {"seed": 0, "data": {"clients": 2},
+            "system": {"speed": speed, "latency": latency, "network": network, "server": server},
+            "round": {"policy": "wait", "local_steps": 4, **round_}}
+
+
+def test_two_downloads_share_the_servers_downlink_by_hand():
+    """2 nodes, own links 1e6 bit/s each way, server down 1e6 bit/s, latency 0.5, speeds 1 and 2,
+    4 steps, B = 1,128 bytes each way. Both messages' 8 B bits enter the downlink at 0.5; the fair
+    level solves min(1e6, L) + min(1e6, L) = 1e6: L = 0.5e6 each, so both downloads end at
+    0.5 + 8 B / 0.5e6 = 0.5 + 16 B / 1e6 = 0.5 + 0.018048 = 0.518048 (alone: 0.509024). The
+    replies are alone (no server up): 0.5 + 9,024 / 1e6 = 0.509024. Node 0 replies at
+    0.518048 + 4 / 1 + 0.509024 = 5.027072, node 1 at 0.518048 + 4 / 2 + 0.509024 = 3.027072."""
+    client, seen = make_client()
+    net = {"down": 1e6, "up": 1e6}
+    res, got, now = exchange(two_nodes([1.0, 2.0], net, {"down": 1e6}), client, nbytes=1000)
+    assert ends(res) == {0: ("completed", 4, pytest.approx(5.027072, abs=1e-12)),
+                         1: ("completed", 4, pytest.approx(3.027072, abs=1e-12))}
+    assert [(o.download, o.upload) for o in res.exchanges[0].outcomes] == \
+        [pytest.approx((0.518048, 0.509024), abs=1e-12)] * 2
+    assert [g[0] for g in got[0]] == [1, 0] and now == [pytest.approx(5.027072, abs=1e-12)]
+    assert sorted(cfg[STEPS_KEY] for _, _, cfg in seen) == [4, 4]
+    # without the server's link each download is alone: 0.509024
+    res, _, _ = exchange(two_nodes([1.0, 2.0], net, {"aggregate": 0.0}), client, nbytes=1000)
+    assert [o.download for o in res.exchanges[0].outcomes] == [pytest.approx(0.509024, abs=1e-12)] * 2
+
+
+def _sized_replies(floats):
+    """A ClientApp whose reply carries ``floats[pid]`` float32 (its own size per node), 1 step."""
+    app = ClientApp()
+
+    @app.train()
+    def train(msg: Message, context: Context):
+        pid = context.node_config["partition-id"]
+        arrays = ArrayRecord([np.zeros(floats[pid], np.float32)])
+        return Message(RecordDict({"arrays": arrays, "metrics": MetricRecord({STEPS_KEY: 1})}), reply_to=msg)
+
+    return app
+
+
+def test_a_reply_that_ends_frees_the_servers_uplink_for_the_other():
+    """2 nodes at speed 1, 1 step, latency 0.5; downloads alone at 8e6 bit/s of 9,024 bits:
+    0.5 + 0.001128, computes end at 1.501128 for both. Replies: node 0 9,024 bits on its own
+    1e6 bit/s uplink, node 1 33,024 bits on 4e6 bit/s; server up 2e6 bit/s. Both enter the link
+    one latency later, at 2.001128: min(1e6, L) + min(4e6, L) = 2e6 gives L = 1e6, both at 1e6.
+    Node 0 is through after 9,024 / 1e6 = 0.009024 s: at 2.010152. Node 1 has moved 9,024 bits,
+    has 24,000 left and now takes min(4e6, 2e6) = 2e6 alone: 0.012 s more, at 2.022152 (upload
+    0.521024 s). Alone it would take 0.5 + 33,024 / 4e6 = 0.508256 s; sharing at 1e6 throughout
+    0.5 + 0.033024."""
+    net = {"down": 8e6, "up": [1e6, 4e6]}
+    res, got, now = exchange(two_nodes([1.0, 1.0], net, {"up": 2e6}, local_steps=1), _sized_replies([250, 1000]),
+                             nbytes=1000)
+    assert ends(res) == {0: ("completed", 1, pytest.approx(2.010152, abs=1e-12)),
+                         1: ("completed", 1, pytest.approx(2.022152, abs=1e-12))}
+    assert [o.upload for o in res.exchanges[0].outcomes] == [pytest.approx(0.509024, abs=1e-12),
+                                                             pytest.approx(0.521024, abs=1e-12)]
+    assert [g[0] for g in got[0]] == [0, 1] and now == [pytest.approx(2.022152, abs=1e-12)]
+
+
+def test_a_reply_that_starts_later_shares_only_while_both_are_on_the_link():
+    """As above but speeds 1 and 4 and 1,000 floats both ways (33,024 bits), own uplinks 1e6 and
+    4e6, server up 2e6, latency 0: downloads at 8e6 end at 0.004128; computes end at 1.004128
+    (node 0) and 0.254128 (node 1). Node 1's reply is alone on the link at min(4e6, 2e6) = 2e6:
+    through after 0.016512 s, at 0.27064, before node 0's starts; node 0's then moves alone at its
+    own 1e6: 1.004128 + 0.033024 = 1.037152. Nothing overlaps: each as if alone on a 2e6 link."""
+    net = {"down": 8e6, "up": [1e6, 4e6]}
+    res, _, _ = exchange(two_nodes([1.0, 4.0], net, {"up": 2e6}, latency=0.0, local_steps=1),
+                         _sized_replies([1000, 1000]), nbytes=4000)
+    assert {c: e[2] for c, e in ends(res).items()} == pytest.approx({0: 1.037152, 1: 0.27064}, abs=1e-12)
+
+
+def test_a_node_that_drops_out_mid_download_leaves_the_link_to_the_other():
+    """Server down 1e6 shared by 2 nodes on 1e6 own links, latency 0, 4,128-byte messages
+    (33,024 bits each), node 0 offline from 0.01: both move at 0.5e6 until 0.01 (5,000 bits
+    each); node 0's download is cut (an error reply at 0.01) and node 1's 28,024 bits left move at
+    1e6: it ends at 0.038024 (sharing throughout: 0.066048)."""
+    sc = two_nodes([1.0, 1.0], {"down": 1e6, "up": 1e9}, {"down": 1e6}, latency=0.0, local_steps=1)
+    sc["system"]["availability"] = [[[0.01, 100.0]], []]
+    client, seen = make_client()
+    res, got, _ = exchange(sc, client, nbytes=4000)
+    out = res.exchanges[0].outcomes
+    assert (out[0].status, out[0].end) == ("failed", 0.01) and got[0][0] == (0, True, ErrorCode.NODE_UNAVAILABLE)
+    assert out[1].status == "completed" and out[1].download == pytest.approx(0.038024, abs=1e-12)
+    assert [pid for pid, _, _ in seen] == [1]  # node 0's ClientApp never ran
+
+
+def test_a_window_fits_steps_after_the_shared_download():
+    """Window 1, latency 0, speed 100, 2 nodes on 1e6 own links, server down 1e6, 1,128-byte
+    messages: both downloads end at 16 x 1,128 / 1e6 = 0.018048 (alone 0.009024); the upload
+    of as many bytes alone takes 0.009024, so each fits floor((1 - 0.009024 - 0.018048) x 100) =
+    97 steps (alone it would be floor((1 - 0.018048) x 100) = 98)."""
+    client, seen = make_client()
+    sc = two_nodes([100.0, 100.0], {"down": 1e6, "up": 1e6}, {"down": 1e6}, latency=0.0)
+    sc["round"] = {"policy": "window", "window": 1.0}
+    exchange(sc, client, nbytes=1000)
+    assert [cfg[STEPS_KEY] for _, _, cfg in seen] == [97, 97]
+
+
+@pytest.mark.parametrize("round_", [
+    {"policy": "wait", "local_steps": 2},
+    {"policy": "window", "window": 3.0},
+    {"policy": "deadline", "deadline": 2.0, "local_steps": 4, "on_deadline": "partial"},
+    {"policy": "deadline", "deadline": 2.0, "local_steps": 4},
+], ids=["wait", "window", "partial", "deadline"])
+def test_the_flower_grid_equals_fedsims_own_clock_on_a_shared_link(round_):
+    """The same scenario on fedsim's clock (``fedsim.schedule``, i.e. ``--schedule-only``) and on
+    the Flower grid: 3 nodes (speeds 1, 2, 4), a shared server link both ways, unequal own links
+    (down 3e5, 0.5e5, 2e5: node 1 capped below the fair level of 2.5e5 / 3), node 1 offline in
+    [1, 3.5) (mid-job in round 1, absent in round 2), 2 rounds. fedsim bills the model's bytes: a
+    logreg on synthetic data has 610 float32 = 2,440 bytes; a Flower ArrayRecord of the same 610
+    float32 sends 2,440 + 128 (.npy header) = 2,568 bytes, so ``system.payload_bytes: 2568`` makes
+    fedsim bill what the Flower app sends. Every round's close and every messaged node's status,
+    steps, end, download and upload are then equal (to 1e-12 s; measured: equal to the bit). fedsim
+    lists a node offline at the open as an ``offline`` row; the Flower strategy sees only the
+    online nodes (get_node_ids) and sends it nothing."""
+    import fedsim
+    from flwr.app import Array
+
+    assert len(Array(np.zeros(610, np.float32)).data) == 2440 + 128
+    system = {"speed": [1.0, 2.0, 4.0], "latency": 0.1, "payload_bytes": 2568,
+              "network": {"down": [3e5, 0.5e5, 2e5], "up": [1e5, 3e5, 2e5]}, "server": {"down": 2.5e5, "up": 2e5},
+              "availability": [[], [[1.0, 3.5]], []]}
+    sc = {"name": "link", "seed": 0, "rounds": 2, "data": {"name": "synthetic", "clients": 3},
+          "model": {"name": "logreg"}, "system": system, "round": round_,
+          "algorithm": {"name": "fedavg", "lr": 0.05, "batch_size": 8}}
+    native = fedsim.schedule(sc)
+    res, _, _ = exchange(sc, make_client()[0], nbytes=2440, rounds=2)
+    assert [e.close for e in res.exchanges] == pytest.approx(list(native.rounds["sim_time"]), abs=1e-12)
+    mine = [(k, o.client, o.status, o.steps, o.end, o.download, o.upload)
+            for k, e in enumerate(res.exchanges) for o in sorted(e.outcomes, key=lambda o: o.client)]
+    rows = native.clients[native.clients["status"] != "offline"]
+    theirs = [tuple(r) for r in rows[["round", "client", "status", "steps", "end", "download", "upload"]]
+              .itertuples(index=False)]
+    assert [m[:4] for m in mine] == [t[:4] for t in theirs] and len(mine) == 5
+    assert [m[4:] for m in mine] == [pytest.approx(t[4:], abs=1e-12) for t in theirs]
+    # the links are shared: the downloads took longer than alone (latency + bits / own link)
+    assert all(o.download > 0.1 + 2568 * 8 / system["network"]["down"][o.client] + 1e-6
+               for o in res.exchanges[1].outcomes)
+
+
+def test_a_window_with_no_room_after_a_shared_download_drops_the_node_there():
+    """As above with the strategy's timeout 0.02 s bounding the window: the uploads alone need
+    0.009024, so the last upload start is 0.010976, before the shared downloads end (0.018048):
+    no step fits. Both messages took their share of the link (downloads 0.018048) and the nodes
+    are dropped there; no ClientApp runs, no reply."""
+    client, seen = make_client()
+    sc = two_nodes([100.0, 100.0], {"down": 1e6, "up": 1e6}, {"down": 1e6}, latency=0.0)
+    sc["round"] = {"policy": "window", "window": 1.0}
+    res, got, now = exchange(sc, client, nbytes=1000, timeout=0.02)
+    assert seen == [] and got == [[]] and now == [0.02]
+    assert [(o.status, o.end, o.download) for o in res.exchanges[0].outcomes] == \
+        [("dropped", pytest.approx(0.018048, abs=1e-12), pytest.approx(0.018048, abs=1e-12))] * 2
+
+
+def test_the_docs_state_the_server_link_rule_and_no_longer_refuse_it():
+    """docs/flower.md's rule for the server's link, with its worked numbers (checked by
+    test_two_downloads_share_the_servers_downlink_by_hand: 0.5 + 16 x 1,128 / 1e6 = 0.518048),
+    and its refusal list without system.server; a server link is accepted by the grid."""
+    from pathlib import Path
+
+    doc = " ".join((Path(__file__).resolve().parents[1] / "docs" / "flower.md").read_text().split())
+    assert "the transfers of one exchange share it as on fedsim's own clock" in doc
+    assert "max-min fair share of `down`, at most the node's own downlink" in doc
+    assert "each download moves at 0.5 Mbit/s and ends at latency + 16 B / 10^6 s" in doc
+    assert "the same times on the Flower grid as `fedsim run --schedule-only`" in doc
+    assert "128-byte `.npy` header" in doc
+    refused = doc.split("Not modelled on the Flower grid")[1].split("## ")[0]
+    assert "system.server" not in refused and "system.on_outage: resume" in refused
+    assert 0.5 + 16 * 1128 / 1e6 == pytest.approx(0.518048, abs=1e-15)
+    client, _ = make_client()
+    ff.grid_for(two_nodes([1.0, 1.0], {"down": 1e6, "up": 1e6}, {"down": 1e6, "up": 1e6}), client)

@@ -163,19 +163,25 @@ class ClockGrid(Grid):
         t0, key = self.now, len(self.exchanges)
         kind = msgs[0].metadata.message_type if msgs else ""
         train = kind.split(".")[0] == "train"
-        outcomes, replies = [], []
-        for msg in msgs:
+        outcomes: list[Outcome | None] = [None] * len(msgs)
+        replies: list[Message | None] = [None] * len(msgs)
+        jobs, where = [], []  # (client, bytes, train) of the messages to real nodes, and their indices
+        for i, msg in enumerate(msgs):
             c = self._client_of(msg.metadata.dst_node_id)
             if c is None:  # Flower: a node that does not exist gets an unavailable error at once
-                outcomes.append(Outcome(-1, "failed", t0, t0, error="node"))
-                replies.append(_unavailable(msg))
+                outcomes[i] = Outcome(-1, "failed", t0, t0, error="node")
+                replies[i] = _unavailable(msg)
                 continue
-            is_train = msg.metadata.message_type.split(".")[0] == "train"
-            ticket = self.times.ticket(c, key, t0, array_bytes(msg.content), timeout, train=is_train)
+            jobs.append((c, array_bytes(msg.content), msg.metadata.message_type.split(".")[0] == "train"))
+            where.append(i)
+        # the downloads first (on a shared downlink they set each other's ends), then each node's
+        # ClientApp, then the replies (on a shared uplink they set each other's ends)
+        tickets = self.times.tickets(jobs, key, t0, timeout)
+        runs: list[tuple[int, float, bool] | None] = []
+        for i, (c, _, is_train), ticket in zip(where, jobs, tickets):
+            msg = msgs[i]
             if ticket.fate != "run":
-                outcome = self.times.resolve(ticket, None, 0)
-                outcomes.append(outcome)
-                replies.append(None if outcome.status == "dropped" else _unavailable(msg))
+                runs.append(None)
                 continue
             delivered = _delivered(msg, ticket.allowed if is_train else None)
             try:
@@ -183,19 +189,20 @@ class ClockGrid(Grid):
             except Exception as ex:  # noqa: BLE001 - Flower turns it into an error reply
                 wrapped = ClientAppException(str(ex))
                 reason = str(type(wrapped)) + ":<'" + str(wrapped) + "'>"
-                outcome = self.times.resolve(ticket, 0, 0, raised=True)
-                outcomes.append(outcome)
-                replies.append(_unavailable(msg) if outcome.error == "node" else
-                               Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg))
+                runs.append((0, 0, True))
+                replies[i] = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
                 continue
             steps = billed_steps(reply, is_train, self.batch_size)
-            up = 0 if reply.has_error() else array_bytes(reply.content)
-            outcome = self.times.resolve(ticket, steps, up)
-            outcomes.append(outcome)
-            if outcome.status == "failed":
-                reply = _unavailable(msg)
-            reply.metadata.__dict__["_message_id"] = str(uuid4())
-            replies.append(reply)
+            runs.append((steps, 0 if reply.has_error() else array_bytes(reply.content), False))
+            replies[i] = reply
+        for i, run, outcome in zip(where, runs, self.times.resolve_all(tickets, runs)):
+            outcomes[i] = outcome
+            if outcome.status == "dropped":
+                replies[i] = None
+            elif outcome.status == "failed" and outcome.error == "node":
+                replies[i] = _unavailable(msgs[i])
+            if run is not None and not run[2]:  # the ClientApp's reply (or the error that replaced it)
+                replies[i].metadata.__dict__["_message_id"] = str(uuid4())
         close, seen = close_exchange(self.times, t0, timeout, outcomes, self.k_first, train)
         got = [replies[i] for i in seen]
         done = sum(1 for i in seen if outcomes[i].status == "completed")

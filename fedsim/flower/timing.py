@@ -1,6 +1,6 @@
 """The clock under fedsim's Flower Grid: when a message reaches its node, how many local steps the
 node may do (tau_i), and when its reply or its failure reaches the server. Plain values: no
-``flwr``, no torch, so the rules are tested on hand-made worlds (tests/test_flower_timing.py).
+``flwr``, no torch, so the rules are tested on hand-made worlds (tests/test_flower_grid.py).
 
 One exchange (one ``Grid.send_and_receive`` call) opens at t0 with one message per node. For each:
 
@@ -14,6 +14,15 @@ One exchange (one ``Grid.send_and_receive`` call) opens at t0 with one message p
 Download seconds = latency + bytes of the message's arrays x 8 / the node's downlink (a device
 trace's kbit/s: / 1024), upload the same with the reply's bytes; compute = the node's rate
 (constant speed or trace) integrated over the billed steps times the job's slowdown.
+
+With a server link (``system.server.down`` / ``up``) the transfers of one exchange share it as
+fedsim's clock shares it (docs/clock.md, "The server's link"; :func:`fedsim.clock.link.sweep`):
+each message's bits enter the downlink at t0 + latency and move at the max-min fair share of the
+server's downlink, at most the node's own downlink, recomputed whenever a transfer starts, ends or
+is cut by its node's outage; the download ends when its last bit is through. The replies share the
+uplink likewise, each entering it one latency after its node's compute ends. Under ``window`` and
+``deadline`` + ``partial`` the steps are then fitted from the download's end (a node that fits no
+step has downloaded: it is dropped there, no ClientApp runs).
 
 Close of the exchange, and which replies the strategy sees (those that arrived by the close):
 
@@ -35,6 +44,9 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass
 
+import numpy as np
+
+from fedsim.clock.link import sweep
 from fedsim.clock.policy import Deadline, Overcommit, Window
 from fedsim.errors import ScenarioError
 
@@ -92,10 +104,11 @@ class Ticket:
     fate: str
     slow: float = 1.0
     fail_at: float | None = None
+    at: float | None = None  # the download's end when a shared link set it (else start + download)
 
     @property
     def arrive(self) -> float:
-        return self.start + self.download
+        return self.start + self.download if self.at is None else self.at
 
 
 @dataclass
@@ -124,9 +137,6 @@ class NodeTimes:
     def __init__(self, clock):
         if clock.rule.policy.is_async:
             raise ScenarioError("round.policy: a Flower strategy is synchronous; async is not supported on the Flower grid")
-        if clock.transfers.shared:
-            raise ScenarioError("system.server: the Flower grid does not model a shared server link (down/up); "
-                                "give system.network alone")
         if clock.system.on_outage == "resume":
             raise ScenarioError("system.on_outage: resume is not modelled by the Flower grid (fail only)")
         if clock.sessions is not None:
@@ -144,8 +154,13 @@ class NodeTimes:
             every = np.arange(self.m)
             self._down_bps = tr.down.take(every) / tr.down_bits  # bytes per second
             self._up_bps = tr.up.take(every) / tr.up_bits
+            # the server's link per direction (None: none), in the bandwidths' units, as the clock's
+            # transfers hold it: a transfer of b bytes is b x down_bits (up_bits) of those units
+            self._links = ((tr.down_capacity, tr.down.take(every), tr.down_bits),
+                           (tr.up_capacity, tr.up.take(every), tr.up_bits))
         else:
             self._down_bps = self._up_bps = None
+            self._links = ((None, None, 0.0), (None, None, 0.0))
 
     # ------------------------------------------------------------------ per-client facts
     def online(self, client: int, t: float) -> bool:
@@ -176,6 +191,48 @@ class NodeTimes:
             t = min(t, span[0])
         return t0 + t
 
+    def shared(self, direction: int) -> bool:
+        """Whether the server's link is shared in ``direction`` (0 down, 1 up)."""
+        return self._links[direction][0] is not None
+
+    def _next_outage(self, client: int, t0: float) -> float:
+        cut = self._presence[client].outage_in(t0, math.inf)
+        return math.inf if cut is None else cut
+
+    def _share(self, direction: int, clients: list[int], enter: list[float], nbytes: list[float],
+               t0: float) -> np.ndarray:
+        """End times of the transfers of ``clients`` whose bits enter the server's link
+        (``direction``) at ``enter`` (inf: cut by the node's first outage after t0 first)."""
+        capacity, caps, unit = self._links[direction]
+        leave = [self._next_outage(c, t0) for c in clients]
+        return sweep(enter, np.asarray(nbytes, dtype=np.float64) * unit, caps[np.asarray(clients, dtype=np.int64)],
+                     capacity, leave)
+
+    def tickets(self, jobs: list[tuple[int, float, bool]], key: int, t0: float,
+                timeout: float | None) -> list[Ticket]:
+        """:meth:`ticket` for every message of one exchange, ``jobs`` = (client, bytes, train): on a
+        shared downlink the downloads of the nodes online at t0 share it (module doc)."""
+        if not self.shared(0):
+            return [self.ticket(c, key, t0, b, timeout, train=tr) for c, b, tr in jobs]
+        on = [i for i, (c, _, _) in enumerate(jobs) if self.online(c, t0)]
+        got = self._share(0, [jobs[i][0] for i in on], [t0 + self.latency] * len(on), [jobs[i][1] for i in on], t0)
+        ends = dict(zip(on, got.tolist()))
+        out = []
+        for i, (c, nbytes, train) in enumerate(jobs):
+            slow = self.clock.slowdown(c, key)
+            if i not in ends:
+                out.append(Ticket(c, key, t0, self.down_seconds(c, nbytes), None, "offline", slow, t0))
+                continue
+            end = ends[i]
+            if end == math.inf:
+                cut = self._next_outage(c, t0)
+                out.append(Ticket(c, key, t0, cut - t0, None, "lost", slow, cut, at=cut))
+                continue
+            allowed = self._allowed(c, key, t0, end, self.up_seconds(c, nbytes), timeout, slow) if train else None
+            fate = "dropped" if allowed == 0 else "run"
+            out.append(Ticket(c, key, t0, end - t0, allowed, fate, slow, end if fate == "dropped" else None, at=end))
+        return out
+
     def ticket(self, client: int, key: int, t0: float, down_bytes: float, timeout: float | None,
                train: bool = True) -> Ticket:
         """What happens to a message to ``client`` sent at t0 before its ClientApp runs."""
@@ -183,7 +240,8 @@ class NodeTimes:
         slow = self.clock.slowdown(client, key)
         if not self.online(client, t0):
             return Ticket(client, key, t0, down, None, "offline", slow, t0)
-        allowed = self._allowed(client, key, t0, down, self.up_seconds(client, down_bytes), timeout, slow) if train else None
+        allowed = self._allowed(client, key, t0, t0 + down, self.up_seconds(client, down_bytes), timeout, slow) \
+            if train else None
         if allowed == 0:
             return Ticket(client, key, t0, down, 0, "dropped", slow)
         lost = self._presence[client].outage_in(t0, t0 + down)
@@ -191,26 +249,43 @@ class NodeTimes:
             return Ticket(client, key, t0, down, allowed, "lost", slow, lost)
         return Ticket(client, key, t0, down, allowed, "run", slow)
 
-    def _allowed(self, client, key, t0, down, up, timeout, slow) -> int | None:
+    def _allowed(self, client, key, t0, arrive, up, timeout, slow) -> int | None:
         cap = self.clock.work_cap(client, key)
         fits = isinstance(self.policy, Window) or (isinstance(self.policy, Deadline)
                                                    and self.clock.rule.on_deadline == "partial")
         if not fits:
             return cap
         last_upload_start = self.limit(t0, timeout) - up
-        arrive = t0 + down
         if last_upload_start <= arrive:
             return 0
         n = int(self._rates[client].fit(arrive, last_upload_start, slow))
         return n if cap is None else min(n, cap)
 
-    def resolve(self, ticket: Ticket, steps: int | None, up_bytes: float, raised: bool = False) -> Outcome:
+    def resolve_all(self, tickets: list[Ticket], runs: list[tuple[int | None, float, bool] | None]) -> list[Outcome]:
+        """:meth:`resolve` for every message of one exchange, ``runs[i]`` = (steps, reply bytes,
+        raised) of a ticket whose ClientApp ran (None: it did not): on a shared uplink the replies
+        share it, each entering it one latency after its node's compute ends (module doc)."""
+        up_end: dict[int, float] = {}
+        if self.shared(1):
+            sent = [i for i, (t, r) in enumerate(zip(tickets, runs)) if t.fate == "run" and r is not None and not r[2]]
+            enter = [self.finish(tickets[i].client, tickets[i].arrive, max(int(runs[i][0] or 0), 0), tickets[i].slow)
+                     + self.latency for i in sent]
+            got = self._share(1, [tickets[i].client for i in sent], enter, [runs[i][1] for i in sent],
+                              tickets[0].start if tickets else 0.0)
+            up_end = dict(zip(sent, got.tolist()))
+        return [self.resolve(t, *(r or (None, 0, False)), up_end=up_end.get(i)) for i, (t, r) in enumerate(zip(tickets, runs))]
+
+    def resolve(self, ticket: Ticket, steps: int | None, up_bytes: float, raised: bool = False,
+                up_end: float | None = None) -> Outcome:
         """The message's outcome once its ClientApp ran (``steps`` billed, ``up_bytes`` sent back;
-        ``raised``: the ClientApp raised) or did not (fates other than ``run``)."""
+        ``raised``: the ClientApp raised) or did not (fates other than ``run``). ``up_end``: the
+        reply's end on a shared uplink (inf: cut by the node's outage first)."""
         c, t0 = ticket.client, ticket.start
         if ticket.fate == "offline":
             return Outcome(c, "failed", t0, t0, allowed=ticket.allowed, error="node")
         if ticket.fate == "dropped":
+            if ticket.at is not None:  # a shared download ended with no room for a step
+                return Outcome(c, "dropped", t0, ticket.at, download=ticket.download, allowed=0)
             return Outcome(c, "dropped", t0, t0, allowed=0)
         if ticket.fate == "lost":
             return Outcome(c, "failed", t0, ticket.fail_at, allowed=ticket.allowed, error="node")
@@ -221,8 +296,12 @@ class NodeTimes:
             return Outcome(c, "failed", t0, end if cut is None else cut, download=ticket.download,
                            allowed=ticket.allowed, error="node" if cut is not None else "app")
         steps = max(int(steps or 0), 0)
-        up = self.up_seconds(c, up_bytes)
-        end = self.finish(c, arrive, steps, ticket.slow) + up
+        if up_end is None:
+            up = self.up_seconds(c, up_bytes)
+            end = self.finish(c, arrive, steps, ticket.slow) + up
+        else:
+            end = up_end
+            up = end - self.finish(c, arrive, steps, ticket.slow)
         cut = self._presence[c].outage_in(t0, end)
         if cut is not None:
             return Outcome(c, "failed", t0, cut, download=ticket.download, allowed=ticket.allowed, error="node")
