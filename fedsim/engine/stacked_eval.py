@@ -29,8 +29,11 @@ Tensors = dict[str, torch.Tensor]
 
 __all__ = ["eval_key", "evaluate_together", "client_metrics_together", "EVAL_STACK_BYTES"]
 
-#: The most bytes of activations one stacked forward holds (runs are taken in chunks under it).
-EVAL_STACK_BYTES = 64 * 2**20
+#: The most bytes of one layer's activations a stacked forward holds (runs are taken in chunks
+#: under it): large enough for the 24 logistic regressions of benchmarks/bench_compare_stack.py in
+#: two chunks, small enough that an MLP's hidden activations stay in cache (a 24-run MLP of width
+#: 64 measured slower in one chunk than in chunks of 8 on the 2-core machine).
+EVAL_STACK_BYTES = 8 * 2**20
 
 
 def eval_key(req) -> tuple | None:
