@@ -7,7 +7,9 @@ here: the runs' models stacked on a leading run dimension, each batch of ``EVAL_
 goes through :func:`~fedsim.engine.stacked.stacked_forward` once (one ``baddbmm`` per Linear over
 the runs, the batch broadcast), and each run's slice of the outputs is reduced exactly as
 :mod:`fedsim.engine.evaluate` (and :mod:`fedsim.engine.client_eval`) reduce a run's own outputs:
-the same functions on the same values, in the same order. Only the matrix products are shared.
+the same functions on the same values, in the same order. Only the matrix products (and the
+per-example cross-entropy of the training objective, computed row by row) are shared; every sum
+is a run's own.
 
 The engine never learns what a run is: a request is a model state and what to compute.
 """
@@ -149,7 +151,12 @@ def _objective(work, fwd, stacked: Tensors, runs: int) -> list[float]:
         pick = slice(s, e) if rows is None else rows[s:e]
         logits = _logits(fwd, stacked, work.x_train[pick], runs)
         y, wp = work.y_train[pick], w[pick]
-        return torch.stack([(_evaluate._sample_losses(logits[r], y).double() * wp).sum() for r in range(runs)])[:, None]
+        if y.dim() == 1:  # per-example cross-entropy: row by row, the same values in one call over all runs
+            losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.repeat(runs), reduction="none")
+            losses = losses.view(runs, -1)
+        else:
+            losses = [_evaluate._sample_losses(logits[r], y) for r in range(runs)]
+        return torch.stack([(losses[r].double() * wp).sum() for r in range(runs)])[:, None]
 
     n = work.x_train.shape[0] if rows is None else len(rows)
     return [float(v) for v in _sums(n, runs, 1, w.device, batch)[:, 0]]
