@@ -320,6 +320,9 @@ def test_docs_state_the_code():
     fields = ", ".join(f"`{f}`" for f in LOCAL_FIELDS[:-1]) + f" and `{LOCAL_FIELDS[-1]}`"
     assert f"rows whose specs agree on {fields}" in text
     assert "plan: 24 runs in 1 programs: 1 stacks of runs, 0 runs alone" in text
+    from fedsim.engine.stacked_eval import EVAL_STACK_BYTES
+
+    assert f"at most {EVAL_STACK_BYTES >> 20} MiB of one layer's activations per forward" in text
 
 
 # ----------------------------------------------------------------------------- every synchronous lever
@@ -474,6 +477,15 @@ def test_batched_evaluation_equals_a_per_run_loop(model, data, monkeypatch):
     assert loop[0]["test_loss"] == pytest.approx(float(F.cross_entropy(logits, work.y_test)), rel=1e-6)
     assert loop[0]["test_acc"] == pytest.approx(float((logits.argmax(1) == work.y_test).double().mean()), abs=1e-12)
     assert 0 < loop[0]["train_loss"] < 100
+    # 2 threads: within the bound docs/comparisons.md states
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        loop2 = [r.run() for r in reqs]
+        for a, b in zip(stacked_eval.evaluate_together(reqs), loop2, strict=True):
+            assert a.keys() == b.keys() and all(abs(a[k] - b[k]) <= BOUND * abs(b[k]) for k in a)
+    finally:
+        torch.set_num_threads(threads)
     # per client
     parts = built.client_evals.parts
     creqs = [ClientEvalRequest(work, m, parts) for m in models]
