@@ -1,7 +1,8 @@
 """What ``eval.per_client`` costs (issue 36 item 2): the share of a run's time it takes.
 
 Each case is one run with the key, in this process; the time spent in the per-client evaluation
-(:meth:`fedsim.runner.client_evals.ClientEvals.metrics`, wall and CPU) is measured inside the run,
+(the tensor work of each request, :meth:`fedsim.engine.request.ClientEvalRequest.run`, wall and
+CPU; the group rows from its arrays are not timed) is measured inside the run,
 so ``ratio = run time / (run time - per-client time)`` is the run's time with the key over its
 time without, from one run, and other load on the machine stretches both parts alike.
 
@@ -61,10 +62,10 @@ def variant(raw: dict, clients: int | None, holdout: float | None) -> dict:
 
 def one(raw: dict) -> dict:
     """Wall and CPU seconds of one run and of its per-client evaluations."""
-    from fedsim.runner import client_evals
+    from fedsim.engine.request import ClientEvalRequest
 
     spent = {"wall": 0.0, "cpu": 0.0, "calls": 0}
-    inner = client_evals.ClientEvals.metrics
+    inner = ClientEvalRequest.run
 
     def timed(self):
         t, c = time.perf_counter(), time.process_time()
@@ -75,14 +76,14 @@ def one(raw: dict) -> dict:
             spent["cpu"] += time.process_time() - c
             spent["calls"] += 1
 
-    client_evals.ClientEvals.metrics = timed
+    ClientEvalRequest.run = timed
     try:
         with tempfile.TemporaryDirectory() as d:
             t, c = time.perf_counter(), time.process_time()
             fedsim.run(raw, out=Path(d) / "run")
             wall, cpu = time.perf_counter() - t, time.process_time() - c
     finally:
-        client_evals.ClientEvals.metrics = inner
+        ClientEvalRequest.run = inner
     return {"run_wall_s": wall, "run_cpu_s": cpu, "eval_wall_s": spent["wall"], "eval_cpu_s": spent["cpu"],
             "evaluations": spent["calls"]}
 

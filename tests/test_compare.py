@@ -281,3 +281,28 @@ def test_compare_cli_errors_exit_2(tmp_path, write_yaml, capsys):
     assert main(["compare", str(path), "--seeds", "a,b", "--out", str(tmp_path / "x")]) == 2
     assert main(["compare", str(path), "--algorithms", "nope", "--out", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_summarize_reads_each_runs_scenario_once(tmp_path, monkeypatch):
+    """runs.csv's completeness and fairness come from one read of each run's scenario.yaml (was
+    two: one per reader); a run whose scenario asks for more rounds than it wrote is incomplete."""
+    from pathlib import Path
+
+    from fedsim.report.results import summarize
+
+    out = write_compare(tmp_path / "c")  # 2 cells x 2 seeds, 4 rounds each (rounds 0..3)
+    sc = out / "fednova-window" / "seed1" / "scenario.yaml"
+    sc.write_text(sc.read_text().replace("rounds: 4", "rounds: 5"))
+    reads = []
+    inner = Path.read_text
+
+    def counted(self, *a, **k):
+        if self.name == "scenario.yaml":
+            reads.append(self)
+        return inner(self, *a, **k)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    runs, _ = summarize(out, write=False)
+    assert len(reads) == 4 and len(set(reads)) == 4
+    assert runs.set_index(["cell", "seed"])["complete"].to_dict() == {
+        ("fedavg-window", 0): 1, ("fedavg-window", 1): 1, ("fednova-window", 0): 1, ("fednova-window", 1): 0}

@@ -74,27 +74,49 @@ def assert_same(a: Path, b: Path, runs: int) -> None:
         assert ta[k] == tb[k], k
 
 
+def counting(mp, name: str) -> list[int]:
+    """Wrap ``fedsim.compare.stack.<name>`` (a batched evaluation) to record how many requests
+    each call answered together."""
+    from fedsim.compare import stack
+
+    sizes: list[int] = []
+    inner = getattr(stack, name)
+
+    def wrapped(reqs):
+        sizes.append(len(reqs))
+        return inner(reqs)
+
+    mp.setattr(stack, name, wrapped)
+    return sizes
+
+
 @pytest.fixture(scope="module")
 def logreg(tmp_path_factory):
-    """The grid (24 runs: 4 algorithms x 3 policies x 2 lrs) stacked and alone."""
+    """The grid (24 runs: 4 algorithms x 3 policies x 2 lrs) stacked and alone; also returns the
+    size of every batched evaluation of the stacked comparison."""
     root = tmp_path_factory.mktemp("stk")
     lines = []
-    stacked = run_compare(BASE, out=root / "stacked", log=lines.append, **GRID)
+    with pytest.MonkeyPatch.context() as mp:
+        sizes = counting(mp, "evaluate_together")
+        stacked = run_compare(BASE, out=root / "stacked", log=lines.append, **GRID)
     alone = run_compare(BASE, out=root / "alone", stack=False, **GRID)
     assert len(stacked.ran) == len(alone.ran) == 24 and not stacked.failed and not alone.failed
-    return root, lines
+    return root, lines, sizes
 
 
 def test_stacked_folders_are_byte_identical_to_each_run_alone(logreg):
-    root, lines = logreg
+    root, lines, sizes = logreg
     assert_same(root / "stacked", root / "alone", 24)
+    # evaluation batched too: every run evaluates after rounds 1 and 3 (eval.every 2, 4 rounds),
+    # all 24 in one stacked forward each time
+    assert sizes == [24, 24]
     # the plan came first: one stack of the 24 runs
     assert lines[0] == "plan: 24 runs in 1 programs: 1 stacks of runs, 0 runs alone"
     assert lines[1].startswith("  program 1: stack of 24 runs (96 rows): fedavg-wait-algorithm.lr=0.05 seed 0, ")
 
 
 def test_rerunning_a_stacked_comparison_is_byte_identical(logreg, tmp_path):
-    root, _ = logreg
+    root = logreg[0]
     res = run_compare(BASE, out=tmp_path / "again", **GRID)
     assert len(res.ran) == 24
     assert_same(tmp_path / "again", root / "stacked", 24)
@@ -102,7 +124,7 @@ def test_rerunning_a_stacked_comparison_is_byte_identical(logreg, tmp_path):
 
 def test_a_row_cap_runs_the_stack_in_waves_with_the_same_folders(logreg, tmp_path):
     """--stack-rows 10: stacks of two runs (4 rows each), same folders."""
-    root, _ = logreg
+    root = logreg[0]
     lines = []
     res = run_compare(BASE, out=tmp_path / "capped", stack_rows=10, log=lines.append, **GRID)
     assert len(res.ran) == 24
@@ -115,7 +137,7 @@ def test_the_automatic_cap_runs_one_stack_in_waves_with_the_same_folders(logreg,
     replaced) runs the planned stack of 24 runs in waves of two runs, same folders."""
     from fedsim.compare import stack as stack_module
 
-    root, _ = logreg
+    root = logreg[0]
     seen = []
     monkeypatch.setattr(stack_module, "auto_rows", lambda per: seen.append(per) or 8)
     lines = []
@@ -295,6 +317,9 @@ def test_docs_state_the_code():
     fields = ", ".join(f"`{f}`" for f in LOCAL_FIELDS[:-1]) + f" and `{LOCAL_FIELDS[-1]}`"
     assert f"rows whose specs agree on {fields}" in text
     assert "plan: 24 runs in 1 programs: 1 stacks of runs, 0 runs alone" in text
+    from fedsim.engine.stacked_eval import EVAL_STACK_BYTES
+
+    assert f"at most {EVAL_STACK_BYTES >> 20} MiB of one layer's activations per forward" in text
 
 
 # ----------------------------------------------------------------------------- every synchronous lever
@@ -396,3 +421,107 @@ def test_a_model_with_buffers_shares_the_program_but_trains_alone(tmp_path):
         assert_same(tmp_path / "s", tmp_path / "a", 2)
     finally:
         registries.MODELS.unregister("bn_stack")
+
+
+# ----------------------------------------------------------------------------- batched evaluation
+def _models(work, runs: int, seed: int) -> list[dict]:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [{k: v + 0.3 * torch.randn(v.shape, generator=g, dtype=v.dtype) for k, v in work.init_params.items()}
+            for _ in range(runs)]
+
+
+DIGITS = {"name": "digits", "clients": 12, "partition": {"name": "iid"}}
+
+
+@pytest.mark.parametrize("model,data", [({"name": "logreg"}, BASE["data"]), ({"name": "mlp", "hidden": 16}, BASE["data"]),
+                                        ({"name": "logreg"}, DIGITS)])
+def test_batched_evaluation_equals_a_per_run_loop(model, data, monkeypatch):
+    """The stacked evaluation of 5 models (test loss and accuracy, the training objective over an
+    evaluation sample of 8 of the 12 clients, the per-client rows) equals each model evaluated
+    alone bit for bit with one thread: batches of 64 (several and a remainder), runs in one chunk
+    and in chunks of one; generated data (Synthetic: the sample is all x_train holds) and a dataset
+    (digits: the sample's rows of x_train)."""
+    import torch
+    import torch.nn.functional as F
+
+    from fedsim.engine import evaluate, stacked_eval
+    from fedsim.engine.request import ClientEvalRequest, EvalRequest
+    from fedsim.runner.build import build_run
+    from fedsim.scenario import parse_scenario
+
+    holdout = {"holdout": 0.2} if data["name"] == "digits" else {}
+    raw = {**BASE, "model": model, "data": data, "eval": {"clients": 8, "per_client": {"clients": 5, "tiers": 2, **holdout}}}
+    built = build_run(parse_scenario(raw))
+    torch.set_num_threads(1)
+    work = built.engine.work
+    assert work.eval_clients is not None and len(work.eval_clients) == 8 and work.x_test.shape[0] > 64
+    assert (work.eval_rows is not None) == (data["name"] == "digits")
+    monkeypatch.setattr(evaluate, "EVAL_BATCH", 64)
+    models = _models(work, 5, seed=1)
+    reqs = [EvalRequest(work, m, train_loss=True) for m in models]
+    assert len({stacked_eval.eval_key(r) for r in reqs}) == 1
+    loop = [r.run() for r in reqs]
+    assert stacked_eval.evaluate_together(reqs) == loop
+    monkeypatch.setattr(stacked_eval, "EVAL_STACK_BYTES", 1)  # one run per chunk
+    assert stacked_eval.evaluate_together(reqs) == loop
+    monkeypatch.undo()
+    # an independent reference for one model: the test set's mean cross-entropy and accuracy
+    with torch.no_grad():
+        logits = work.x_test.flatten(1) @ models[0]["1.weight"].T + models[0]["1.bias"] if model["name"] == "logreg" else \
+            torch.func.functional_call(work.module, models[0], (work.x_test,))
+    assert loop[0]["test_loss"] == pytest.approx(float(F.cross_entropy(logits, work.y_test)), rel=1e-6)
+    assert loop[0]["test_acc"] == pytest.approx(float((logits.argmax(1) == work.y_test).double().mean()), abs=1e-12)
+    assert 0 < loop[0]["train_loss"] < 100
+    # 2 threads: within the bound docs/comparisons.md states
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        loop2 = [r.run() for r in reqs]
+        for a, b in zip(stacked_eval.evaluate_together(reqs), loop2, strict=True):
+            assert a.keys() == b.keys() and all(abs(a[k] - b[k]) <= BOUND * abs(b[k]) for k in a)
+    finally:
+        torch.set_num_threads(threads)
+    # per client
+    parts = built.client_evals.parts
+    creqs = [ClientEvalRequest(work, m, parts) for m in models]
+    assert len({stacked_eval.eval_key(r) for r in creqs}) == 1
+    for (a1, l1), (a2, l2) in zip(stacked_eval.client_metrics_together(creqs), [r.run() for r in creqs], strict=True):
+        assert np.array_equal(a1, a2, equal_nan=True) and np.array_equal(l1, l2, equal_nan=True)
+
+
+def test_a_model_with_buffers_or_a_quadratic_evaluates_alone():
+    """What the stacked forward cannot take is answered alone (no key)."""
+    import torch
+
+    from fedsim.engine.request import EvalRequest
+    from fedsim.engine.stacked_eval import eval_key
+    from fedsim.runner.build import build_run
+    from fedsim.scenario import parse_scenario
+
+    work = build_run(parse_scenario(BASE)).engine.work
+    assert eval_key(EvalRequest(work, work.init_params)) is not None
+    bufs = {**work.init_params, "bn.running_mean": torch.zeros(3)}
+    assert eval_key(EvalRequest(work, bufs)) is None
+    quad = {k: v for k, v in BASE.items() if k != "model"}
+    quad["data"] = {"name": "quadratic", "centers": [[0.0], [1.0], [2.0], [3.0]]}
+    qw = build_run(parse_scenario(quad)).engine.work
+    assert eval_key(EvalRequest(qw, qw.init_params)) is None
+
+
+@pytest.mark.parametrize("evals", [{"every": 2, "per_client": {"clients": 5, "tiers": 2}},
+                                   {"every": 3, "every_seconds": 4.0, "per_client": {"clients": 5, "tiers": 2}}])
+def test_grid_and_per_client_evaluations_are_batched_and_byte_identical(evals, tmp_path, monkeypatch):
+    """Per round (a sink) and on a time grid (evals.csv), with per-client rows: a stack of 4 runs
+    evaluates them together and writes the folders each run writes alone."""
+    raw = {**BASE, "eval": evals}
+    grid = {"algorithms": ["fedavg", "fednova"], "grid": {"algorithm.lr": [0.05, 0.1]}}
+    sizes = counting(monkeypatch, "evaluate_together")
+    client_sizes = counting(monkeypatch, "client_metrics_together")
+    run_compare(raw, out=tmp_path / "s", **grid)
+    monkeypatch.undo()
+    run_compare(raw, out=tmp_path / "a", stack=False, **grid)
+    assert_same(tmp_path / "s", tmp_path / "a", 4)
+    assert len(list((tmp_path / "s").glob("*/seed0/client_evals.csv"))) == 4
+    assert sizes and max(sizes) == 4 and client_sizes and max(client_sizes) == 4

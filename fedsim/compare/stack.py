@@ -2,10 +2,13 @@
 
 Each run is its own :func:`fedsim.runner.execute.run_cell` generator -- its own clock, random
 streams, selector state, checkpoints and run folder, exactly the code that runs it alone -- and
-only its local training is answered here: the driver advances every run to its next
-:class:`~fedsim.engine.request.TrainRequest`, trains the requests of all runs in one
+only its local training and its evaluations are answered here: the driver advances every run to
+its next request, trains the :class:`~fedsim.engine.request.TrainRequest` of all runs in one
 :func:`~fedsim.engine.train.train_rows` call per local solver (rows = (run, client) jobs; the
-engine never learns which run a row is), hands each run its rows back and repeats. The data are
+engine never learns which run a row is), evaluates the waiting
+:class:`~fedsim.engine.request.EvalRequest` (and per-client ones) of runs on the same data with
+one stacked forward per batch (:mod:`fedsim.engine.stacked_eval`), hands each run its answer back
+and repeats. The data are
 built once (one :func:`~fedsim.engine.workload.dataset_for`) and every run's workload holds the
 same tensors, read only.
 
@@ -26,7 +29,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..engine.request import TrainRequest
+from ..engine.request import ClientEvalRequest, EvalRequest, TrainRequest
+from ..engine.stacked_eval import client_metrics_together, eval_key, evaluate_together
 from ..engine.train import CohortResult, Rows, train_cohort, train_rows
 from ..scenario import dump_scenario
 from .plan import CompareRun
@@ -85,6 +89,7 @@ class _SharedData:
     def __init__(self):
         self.data = None
         self.first = None
+        self.parts = None  # the first run's per-client test parts (eval.per_client)
 
     def build(self, sc, *, model=None, data=None, loss=None):
         from ..runner.build import build_run
@@ -95,7 +100,20 @@ class _SharedData:
             self.first = work
         else:
             built.engine.work = _share(work, self.first)
+        ce = built.client_evals
+        if ce is not None:
+            if self.parts is None:
+                self.parts = ce.parts
+            elif _same_parts(ce.parts, self.parts):
+                built = replace(built, client_evals=replace(ce, parts=self.parts))
         return built
+
+
+def _same_parts(a: list, b: list) -> bool:
+    """Whether two runs' per-client test parts hold equal tensors (then one list serves both)."""
+    return len(a) == len(b) and all(
+        xa.shape == xb.shape and xa.dtype == xb.dtype and xa.device == xb.device and torch.equal(xa, xb)
+        and ya.shape == yb.shape and torch.equal(ya, yb) for (xa, ya), (xb, yb) in zip(a, b))
 
 
 def _held_once(source):
@@ -127,6 +145,10 @@ def _share(work, first):
                 and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)):
             same[name] = b
     return replace(work, **same) if same else work
+
+
+def _is_eval(req) -> bool:
+    return isinstance(req, (EvalRequest, ClientEvalRequest))
 
 
 def _batchable(req: TrainRequest) -> bool:
@@ -177,13 +199,25 @@ def _answer(reqs: Sequence[TrainRequest]) -> list[CohortResult]:
 
 
 def _answer_all(cells: list[_Cell], log: Callable[[str], None] | None = None) -> dict[int, CohortResult | BaseException]:
-    """Every waiting cell's request answered: batched per (data, local solver), alone otherwise
-    (said once per run to ``log`` when it is never batched). A batch that raises is answered again
-    request by request (the error goes to its own run)."""
+    """Every waiting cell's request answered: training batched per (data, local solver),
+    evaluations batched per (data, model shapes, what to compute) (:func:`eval_key`), alone
+    otherwise (said once per run to ``log`` when its training is never batched). A batch that
+    raises is answered again request by request (the error goes to its own run)."""
     out: dict[int, CohortResult | BaseException] = {}
     groups: dict[tuple, list[int]] = {}
+    evals: dict[tuple, list[int]] = {}
     for i, c in enumerate(cells):
         req = c.request
+        if _is_eval(req):
+            try:
+                key = eval_key(req)
+            except Exception:  # noqa: BLE001 - answered alone, where its error (if any) is its run's
+                key = None
+            if key is not None:
+                evals.setdefault(key, []).append(i)
+            else:
+                out[i] = _alone(req)
+            continue
         why = unbatched_reason(req)
         if why is not None and not c.said and log is not None:
             log(f"{c.run.label}: trained alone in its stack: {why}")
@@ -191,21 +225,32 @@ def _answer_all(cells: list[_Cell], log: Callable[[str], None] | None = None) ->
         if _batchable(req):
             groups.setdefault((id(req.work.x_train), solver_key(req.alg)), []).append(i)
         else:
-            try:
-                out[i] = req.run()
-            except Exception as err:  # noqa: BLE001 - this run's error
-                out[i] = err
+            out[i] = _alone(req)
+    for key, idx in evals.items():
+        together = client_metrics_together if key[0] == "client" else evaluate_together
+        _batched(cells, idx, together, out)
     for idx in groups.values():
-        try:
-            for i, res in zip(idx, _answer([cells[i].request for i in idx])):
-                out[i] = res
-        except Exception:  # noqa: BLE001 - find whose it is: each request alone
-            for i in idx:
-                try:
-                    out[i] = cells[i].request.run()
-                except Exception as err:  # noqa: BLE001
-                    out[i] = err
+        _batched(cells, idx, _answer, out)
     return out
+
+
+def _alone(req):
+    """``req`` answered by its own run's code, or the error it raised (that run's)."""
+    try:
+        return req.run()
+    except Exception as err:  # noqa: BLE001 - this run's error
+        return err
+
+
+def _batched(cells: list[_Cell], idx: list[int], answer: Callable, out: dict) -> None:
+    """The requests of cells ``idx`` answered together by ``answer``; when it raises, each alone
+    (the error lands on its own run)."""
+    try:
+        for i, res in zip(idx, answer([cells[i].request for i in idx]), strict=True):
+            out[i] = res
+    except Exception:  # noqa: BLE001 - find whose it is: each request alone
+        for i in idx:
+            out[i] = _alone(cells[i].request)
 
 
 def run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable, *, max_rows: int | None = None,

@@ -20,8 +20,7 @@ from ..clock.plan import STATUSES, RoundPlan, aggregation_weights
 from ..records import ClientRecord, RoundRecord
 from . import distributed
 from .distributed import train_cohort_sharded
-from .evaluate import global_objective, test_metrics
-from .request import TrainRequest, drive
+from .request import EvalRequest, TrainRequest, drive
 from .train import Task, train_cohort
 from .wire import Wire
 from .workload import Workload
@@ -237,12 +236,16 @@ class SyncEngine:
     def evaluate(self, record: RoundRecord) -> RoundRecord:
         """``record`` with the evaluation metrics of the current model (under torchrun every rank
         takes its share of batches)."""
+        return drive(self.evaluation(record))
+
+    def evaluation(self, record: RoundRecord):
+        """:meth:`evaluate` as a generator: yields the :class:`~fedsim.engine.request.EvalRequest`
+        of the current model, receives its metrics, returns the record with them."""
         work = self.work
         if work.module is not None:
             work.module.eval()
         state = self.model_state()
         metrics = dict(work.extra_metrics(self.params)) if work.extra_metrics is not None else {}
-        if self.train_loss and "train_loss" not in metrics:
-            metrics["train_loss"] = global_objective(work, state)
-        metrics["test_loss"], metrics["test_acc"] = test_metrics(work, state)
+        answer = yield EvalRequest(work, state, train_loss=self.train_loss and "train_loss" not in metrics)
+        metrics.update(answer)
         return replace(record, **metrics)

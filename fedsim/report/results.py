@@ -21,6 +21,9 @@ from .parquet import has_table, read_table
 from .fairness import FAIRNESS_METRICS, participation_fairness
 from .summary import SUMMARY_METRICS, aggregate_seeds, run_summary
 
+#: libyaml's safe loader when PyYAML was built with it (same values as ``yaml.safe_load``), else the Python one
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 __all__ = [
     "MANIFEST",
     "read_evals",
@@ -74,8 +77,17 @@ def run_complete(folder: str | Path, scenario_text: str | None = None) -> bool:
     if scenario_text is not None and text != scenario_text:
         return False
     try:
-        rounds_total = int(yaml.safe_load(text)["rounds"])
+        sc = yaml.safe_load(text)
         df = read_table(f, "rounds")
+    except Exception:  # noqa: BLE001 - anything unreadable is simply not complete
+        return False
+    return _complete(sc, df)
+
+
+def _complete(sc: Any, df: pd.DataFrame) -> bool:
+    """:func:`run_complete` from the run's parsed ``scenario.yaml`` and its rounds table."""
+    try:
+        rounds_total = int(sc["rounds"])
     except Exception:  # noqa: BLE001 - anything unreadable is simply not complete
         return False
     if df.empty:
@@ -223,8 +235,10 @@ def summarize(path: str | Path, target: float | None = None, *, write: bool = Tr
         row = _keys_frame(r, keys)
         row["target"] = float("nan") if target is None else float(target)
         row.update(run_summary(rounds, target, read_evals(r["folder"])))
-        row.update(run_fairness(r["folder"]))
-        row["complete"] = int(run_complete(r["folder"]))
+        sc = _parsed_scenario(r["folder"])  # read once: the fairness's clients and the completeness's rounds
+        row.update(_fairness(r["folder"], sc))
+        f = Path(r["folder"])
+        row["complete"] = int((f / "model.pt").is_file() and not isinstance(sc, BaseException) and _complete(sc, rounds))
         row["folder"] = str(Path(r["folder"]).relative_to(p)) if Path(r["folder"]).is_relative_to(p) else str(r["folder"])
         rows.append(row)
     runs_df = pd.DataFrame(rows)
@@ -245,15 +259,34 @@ def run_fairness(folder: str | Path) -> dict[str, float]:
     """Participation fairness of one run folder (:func:`fedsim.report.fairness.participation_fairness`)
     over all its clients: ``data.clients`` of its resolved ``scenario.yaml`` (at least every client
     its ``clients`` table names); NaN without a clients table."""
+    return _fairness(folder, _parsed_scenario(folder))
+
+
+def _parsed_scenario(folder: str | Path) -> Any:
+    """The run's ``scenario.yaml`` parsed, or the error reading or parsing it raised. Parsed by
+    libyaml when PyYAML has it (the same safe constructor builds the values; the pure-Python
+    scanner took most of a 24-run summary's time)."""
+    try:
+        return yaml.load((Path(folder) / "scenario.yaml").read_text(), Loader=_SAFE_LOADER)
+    except Exception as err:  # noqa: BLE001 - each reader decides what an unreadable file means
+        return err
+
+
+def _fairness(folder: str | Path, sc: Any) -> dict[str, float]:
+    """:func:`run_fairness` with the run's parsed ``scenario.yaml`` (:func:`_parsed_scenario`)."""
     if not has_table(folder, "clients"):
         return {k: float("nan") for k in FAIRNESS_METRICS}
     clients = read_table(folder, "clients")
     m = int(clients["client"].max()) + 1 if len(clients) else 1
+    if isinstance(sc, (OSError, yaml.YAMLError)):
+        return participation_fairness(clients, m)
+    if isinstance(sc, BaseException):  # as before: any other error reading the file is raised
+        raise sc
     try:
-        declared = yaml.safe_load((Path(folder) / "scenario.yaml").read_text())["data"]["clients"]
+        declared = sc["data"]["clients"]
         if isinstance(declared, int) and not isinstance(declared, bool):
             m = max(m, declared)
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (KeyError, TypeError):
         pass
     return participation_fairness(clients, m)
 

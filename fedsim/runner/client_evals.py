@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..engine.request import ClientEvalRequest, drive
 from ..report.tables import TableWriter
 from ..rng import stream
 from .files import write_atomic
@@ -119,12 +120,15 @@ class ClientEvals:
 
     # -- evaluation
     def metrics(self) -> list[dict]:
-        from ..engine.client_eval import client_metrics
+        return drive(self.metrics_steps())
 
+    def metrics_steps(self):
+        """:meth:`metrics` as a generator: yields the
+        :class:`~fedsim.engine.request.ClientEvalRequest` of the current model."""
         work = self.engine.work
         if work.module is not None:
             work.module.eval()
-        acc, loss = client_metrics(work, self.engine.model_state(), self.setup.parts)
+        acc, loss = yield ClientEvalRequest(work, self.engine.model_state(), self.setup.parts)
         return summary_rows(acc, loss, self.setup.tiers, self.setup.num_tiers)
 
     # -- the file
@@ -156,11 +160,13 @@ class ClientEvals:
             self.writer.close()
 
     # -- hooks
-    def on_round(self, record, clients) -> None:
-        """A sink: after a round that was evaluated (and is finite), one evaluation."""
+    def on_round(self, record, clients):
+        """A sink: after a round that was evaluated (and is finite), one evaluation; a generator
+        (yields its request: :func:`fedsim.runner.loop.round_loop` drives it)."""
         if record.diverged or record.test_loss is None:
             return
-        self.write(record.sim_time, record.round, self.metrics())
+        rows = yield from self.metrics_steps()
+        self.write(record.sim_time, record.round, rows)
         self.sync()
 
     def wrap(self, grid) -> "_GridWithClients":
@@ -179,10 +185,13 @@ class _GridWithClients:
         self.evals.open(None if after is None else (lambda t, r: t < after))
 
     def reach(self, engine, t: float, last_round: int, *, inclusive: bool = False) -> None:
+        drive(self.reaching(engine, t, last_round, inclusive=inclusive))
+
+    def reaching(self, engine, t: float, last_round: int, *, inclusive: bool = False):
         k0 = self.grid.k
-        self.grid.reach(engine, t, last_round, inclusive=inclusive)
+        yield from self.grid.reaching(engine, t, last_round, inclusive=inclusive)
         if self.grid.k > k0:
-            rows = self.evals.metrics()  # one model for every grid time passed
+            rows = yield from self.evals.metrics_steps()  # one model for every grid time passed
             for k in range(k0, self.grid.k):
                 self.evals.write(k * self.grid.every, last_round, rows)
 

@@ -109,6 +109,15 @@ class EvalGrid:
     def reach(self, engine, t: float, last_round: int, *, inclusive: bool = False) -> None:
         """Evaluate the current model (after update ``last_round``) at every grid time before ``t``
         (``inclusive``: at or before) not yet done."""
+        from ..engine.request import drive
+
+        drive(self.reaching(engine, t, last_round, inclusive=inclusive))
+
+    def reaching(self, engine, t: float, last_round: int, *, inclusive: bool = False):
+        """:meth:`reach` as a generator: yields the evaluation's request
+        (:class:`~fedsim.engine.request.EvalRequest`) when a grid time is passed."""
+        from ..engine.request import evaluating  # torch: only when a run evaluates
+
         rows = []
         metrics = None
         while self.k * self.every < t or (inclusive and self.k * self.every == t):
@@ -117,8 +126,8 @@ class EvalGrid:
                                     f"time {(self.k - 1) * self.every:g} s; use a larger interval")
             g = self.k * self.every
             if metrics is None:
-                rec = engine.evaluate(RoundRecord(round=last_round, sim_time=g, participants=0,
-                                                  tau_mean=None, tau_min=None, tau_max=None))
+                rec = yield from evaluating(engine, RoundRecord(round=last_round, sim_time=g, participants=0,
+                                                                tau_mean=None, tau_min=None, tau_max=None))
                 metrics = {"test_loss": rec.test_loss, "test_acc": rec.test_acc, "train_loss": rec.train_loss}
             rows.append({"sim_time": g, "round": last_round, **metrics})
             self.k += 1

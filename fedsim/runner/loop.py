@@ -3,18 +3,20 @@ sinks -> what the server learned back to the clock -> checkpoint, the same for s
 asynchronous runs.
 
 :func:`round_loop` is the loop as a generator that asks for each round's local training
-(:class:`fedsim.engine.request.TrainRequest`) and does everything else itself;
+(:class:`fedsim.engine.request.TrainRequest`) and each evaluation
+(:class:`~fedsim.engine.request.EvalRequest`, and the per-client one) and does everything else itself;
 :func:`run_rounds` drives it alone, a comparison's stack drives several at once
 (:mod:`fedsim.compare.stack`)."""
 
 from __future__ import annotations
 
+import inspect
 from contextlib import nullcontext
 from dataclasses import replace
 from itertools import islice
 from typing import Callable, ContextManager, Sequence
 
-from ..engine.request import drive
+from ..engine.request import drive, evaluating
 from ..records import ClientRecord, RoundRecord
 
 __all__ = ["run_rounds", "round_loop"]
@@ -26,6 +28,14 @@ def run_rounds(engine, schedule, **kw) -> RoundRecord:
     """:func:`round_loop` driven alone (each round's training by the engine's own trainer); same
     arguments, returns the last round's record."""
     return drive(round_loop(engine, schedule, **kw))
+
+
+def _reach(grid, engine, t: float, last_round: int, inclusive: bool = False):
+    """``grid.reach`` as a generator (``reaching``); a grid with only ``reach`` asks for nothing."""
+    steps = getattr(grid, "reaching", None)
+    if steps is None:
+        return grid.reach(engine, t, last_round, inclusive=inclusive)
+    return (yield from steps(engine, t, last_round, inclusive=inclusive))
 
 
 def _step(engine, plan):
@@ -50,7 +60,8 @@ def round_loop(
     replay: Sequence = (),
 ) -> RoundRecord:
     """Execute plans ``start .. rounds-1`` of ``schedule`` (:class:`fedsim.clock.Schedule`); returns
-    the last round's record.
+    the last round's record. ``sinks`` are called with each round's record and client records; a
+    sink that returns a generator (one asking for an evaluation) is driven here.
 
     After each round the server's observations go back to the clock (``schedule.observe`` with
     what the trained clients reported, ``engine.reported()``) before the next plan is asked for,
@@ -78,15 +89,17 @@ def round_loop(
     for plan in islice(schedule, rounds - start):
         with hold():
             if grid is not None:
-                grid.reach(engine, plan.close, plan.round - 1)
+                yield from _reach(grid, engine, plan.close, plan.round - 1)
             record, clients = yield from _step(engine, plan)
             finite = engine.finite()
             if finite and (plan.round == rounds - 1 or (plan.round + 1) % eval_every == 0):
-                record = engine.evaluate(record)
+                record = yield from evaluating(engine, record)
         if not finite:
             record = replace(record, diverged=1)
         for sink in sinks:
-            sink(record, clients)
+            out = sink(record, clients)
+            if inspect.isgenerator(out):  # a sink that asks for an evaluation (per-client rows)
+                yield from out
         last = record
         if not finite:
             break
@@ -99,6 +112,6 @@ def round_loop(
     if grid is not None:
         if not last.diverged:
             with hold():
-                grid.reach(engine, last.sim_time, last.round, inclusive=True)
+                yield from _reach(grid, engine, last.sim_time, last.round, inclusive=True)
         grid.close()
     return last
