@@ -102,8 +102,10 @@ def test_a_signal_removes_the_temporary_run_folder(tmp_path, signum):
         fedsim.run({{"data": {{"name": "quadratic", "centers": [[1.0], [2.0]]}}, "rounds": 10**6,
                     "round": {{"policy": "wait", "local_steps": 1}}, "checkpoint": {{"every": 0}}}})
     """)
-    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "PYTHONFAULTHANDLER": "1"}  # a child that does not end: its threads' stacks on SIGABRT, below
     child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    stuck = ""
     try:
         deadline = time.monotonic() + 60
         while not any(p.name.startswith("fedsim-") and not p.name.startswith("fedsim-cores") for p in tmp.iterdir()):
@@ -114,10 +116,16 @@ def test_a_signal_removes_the_temporary_run_folder(tmp_path, signum):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         child.send_signal(signum)
-        child.wait(timeout=60)
+        try:
+            child.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # say why: its signal dispositions, then its stacks
+            status = Path(f"/proc/{child.pid}/status")
+            stuck = "".join(ln for ln in status.read_text().splitlines(True) if ln.startswith("Sig")) if status.exists() else ""
+            child.send_signal(signal.SIGABRT)
+            child.wait(timeout=30)
     finally:
         if child.poll() is None:
             child.kill()
-    assert child.returncode == -signum, child.stderr.read()
+    assert child.returncode == -signum, stuck + child.stderr.read()[-6000:]
     left = [p.name for p in tmp.iterdir() if not p.name.startswith("fedsim-cores")]
     assert left == []

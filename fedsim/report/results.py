@@ -153,9 +153,9 @@ def _keys_frame(run: dict, keys: list[str]) -> dict:
     return d
 
 
-def read_evals(folder: str | Path) -> pd.DataFrame | None:
-    """A run folder's ``evals.csv`` (``eval.every_seconds``); None when it has none or no row."""
-    path = Path(folder) / "evals.csv"
+def _optional_table(folder: str | Path, name: str) -> pd.DataFrame | None:
+    """A run folder's optional table ``name``; None when it has none or no row."""
+    path = Path(folder) / name
     if not path.is_file():
         return None
     try:
@@ -163,18 +163,16 @@ def read_evals(folder: str | Path) -> pd.DataFrame | None:
     except pd.errors.EmptyDataError:
         return None
     return df if len(df) else None
+
+
+def read_evals(folder: str | Path) -> pd.DataFrame | None:
+    """A run folder's ``evals.csv`` (``eval.every_seconds``); None when it has none or no row."""
+    return _optional_table(folder, "evals.csv")
 
 
 def read_client_evals(folder: str | Path) -> pd.DataFrame | None:
     """A run folder's ``client_evals.csv`` (``eval.per_client``); None when it has none or no row."""
-    path = Path(folder) / "client_evals.csv"
-    if not path.is_file():
-        return None
-    try:
-        df = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        return None
-    return df if len(df) else None
+    return _optional_table(folder, "client_evals.csv")
 
 
 def load_compare(path: str | Path, table: str = "rounds") -> pd.DataFrame:
