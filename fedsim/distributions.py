@@ -17,15 +17,8 @@ from .clock import model as cm
 from .section import Section
 
 
-class Uniform(Section):
-    """Continuous uniform on [low, high]."""
-
-    dist: Literal["uniform"]
-    low: float
-    high: float
-
-    def clock_value(self) -> cm.Uniform:
-        return cm.Uniform(self.low, self.high)
+class _Interval(Section):
+    """A distribution on [low, high] (its subclasses give the fields' types): low <= high."""
 
     def bounds(self) -> tuple[float, float]:
         return self.low, self.high
@@ -35,6 +28,17 @@ class Uniform(Section):
         if not self.low <= self.high:
             raise ValueError("low must be <= high")
         return self
+
+
+class Uniform(_Interval):
+    """Continuous uniform on [low, high]."""
+
+    dist: Literal["uniform"]
+    low: float
+    high: float
+
+    def clock_value(self) -> cm.Uniform:
+        return cm.Uniform(self.low, self.high)
 
 
 class LogNormal(Section):
@@ -51,7 +55,7 @@ class LogNormal(Section):
         return 0.0, math.inf  # not reached
 
 
-class RandInt(Section):
+class RandInt(_Interval):
     """Integer uniform on {low, ..., high} (both inclusive)."""
 
     dist: Literal["randint"]
@@ -60,15 +64,6 @@ class RandInt(Section):
 
     def clock_value(self) -> cm.RandInt:
         return cm.RandInt(self.low, self.high)
-
-    def bounds(self) -> tuple[float, float]:
-        return self.low, self.high
-
-    @model_validator(mode="after")
-    def _order(self):
-        if not self.low <= self.high:
-            raise ValueError("low must be <= high")
-        return self
 
 
 class Constant(Section):
