@@ -378,13 +378,22 @@ class _folder:
     """``out`` as a Path, or a temporary folder removed on exit, also when SIGTERM or SIGHUP ends
     the process (issue 28 item 17): while it exists those signals raise SystemExit where the
     default would kill at once; once it is removed the signal is delivered again with the
-    default action, so the process still ends as the sender meant."""
+    default action, so the process still ends as the sender meant.
+
+    A handler runs wherever the main thread is, also inside third-party code that swallows what
+    it raises (seen: an ``abc.__subclasscheck__`` under a lazy numpy import mid-run). So after the
+    first signal a daemon thread sends it again every ``RESEND`` seconds until ``__exit__``
+    begins; each delivery raises ``SystemExit`` again, and one lands where nothing swallows it."""
+
+    RESEND = 0.5
 
     def __init__(self, out):
         self.out = out
         self.tmp = None
         self.old: dict = {}
         self.received: list[int] = []
+        self.exiting = threading.Event()  # set when __exit__ begins: later signals wait for it
+        self.resender: threading.Thread | None = None
 
     def __enter__(self) -> Path:
         if self.out is not None:
@@ -398,6 +407,9 @@ class _folder:
         return Path(self.tmp.name) / "run"
 
     def __exit__(self, *exc) -> None:
+        self.exiting.set()
+        if self.resender is not None:  # its last resend lands while our handler still ignores it
+            self.resender.join()
         try:
             if self.tmp is not None:
                 self.tmp.cleanup()
@@ -411,13 +423,21 @@ class _folder:
             return
 
         def stop(signum, frame):
+            if self.exiting.is_set():  # cleaning up: __exit__ ends the process by the signal
+                return
             if not self.received:
                 self.received.append(signum)
-                raise SystemExit(128 + signum)
+                self.resender = threading.Thread(target=self._resend, args=(signum,), daemon=True)
+                self.resender.start()
+            raise SystemExit(128 + self.received[0])
 
         for s in _SIGNALS:
             if signal.getsignal(s) is signal.SIG_DFL:  # a handler of the caller's own is left alone
                 self.old[s] = signal.signal(s, stop)
+
+    def _resend(self, signum: int) -> None:
+        while not self.exiting.wait(self.RESEND):
+            os.kill(os.getpid(), signum)
 
     def _restore(self) -> None:
         for s, handler in self.old.items():

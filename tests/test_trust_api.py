@@ -91,6 +91,46 @@ def test_a_long_flat_mapping_is_not_walked_value_by_value():
     assert len(plan.clients) == 200_000 and time.perf_counter() - t < 60
 
 
+def test_a_signal_whose_first_exit_is_swallowed_still_ends_the_run(tmp_path):
+    """A handler can run inside code that swallows its SystemExit (it happened in a lazy numpy
+    import mid-run, under an abc.__subclasscheck__): the signal is sent again until one exit gets
+    out, then the temporary folder goes and the process ends by the signal."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from fedsim.api import _folder
+        with _folder(None) as run:
+            run.mkdir()
+            (run / "ready").write_text("")
+            swallowed = 0
+            while True:
+                try:
+                    time.sleep(0.01)
+                except SystemExit:
+                    if swallowed:
+                        raise
+                    swallowed += 1
+                    Path({str(tmp_path / "swallowed")!r}).write_text("")
+    """)
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any((p / "run" / "ready").exists() for p in tmp.iterdir()):
+            assert time.monotonic() < deadline and child.poll() is None, child.stderr.read() if child.poll() else ""
+            time.sleep(0.05)
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == -signal.SIGTERM, child.stderr.read()[-2000:]
+    assert (tmp_path / "swallowed").exists()  # the first exit was swallowed; a later one ended it
+    assert list(tmp.iterdir()) == []
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_removes_the_temporary_run_folder(tmp_path, signum):
     """run(out=None) in a child process, killed mid-run: the child ends by the signal and its
