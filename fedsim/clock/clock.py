@@ -20,7 +20,7 @@ from .selection import Observations
 from .sim import Simulation
 from .trace import TraceError, load_trace
 from .transfer import Transfers
-from .trace_time import TraceRate, TraceTimeline
+from .trace_time import traced as _traced
 from .checkin import CHECKIN_MIN_CLIENTS
 
 __all__ = ["Clock", "Schedule", "MIN_SOJOURN"]
@@ -84,20 +84,13 @@ class Clock:
             trace = load_trace(tr.path, m)
             if self.devices is not None:  # system.coupling: client c replays device devices[c]'s rows
                 trace = _reindexed_trace(trace, self.devices)
-            clients = trace.clients
-            if trace.device:  # samples per second -> local steps per second
-                samples = 3 * tr.batch_size
-                clients = tuple(replace(t, speed=t.speed / samples,
-                                        sessions=tuple((a, b, sp / samples) for a, b, sp in t.sessions))
-                                for t in clients)
-            self._rates = [TraceRate(t, tr.repeat) for t in clients]
+            clients, self._rates, self._timelines, means = _traced(
+                trace, tr.repeat, 3 * tr.batch_size if trace.device else None, tr.semantics == "fedscale")
             if tr.semantics == "fedscale":  # FedScale: the job computes at its speed throughout
-                self._rates = [ConstantRate(t.session_speed) for t in clients]
                 self.sessions = clients  # Simulation keeps one SessionIndex per client
                 if rule.policy.keeps_first:  # FedScale's over-commitment rounds down: int(K F)
                     self.rule = rule = replace(rule, policy=replace(rule.policy, fedscale=True))
-            self._timelines = [TraceTimeline(t, tr.repeat) for t in clients]
-            self._speed_draws = PerClientDraws(tuple(t.mean_speed for t in clients), m, self.seed, "speed")
+            self._speed_draws = PerClientDraws(means, m, self.seed, "speed")
             self._step_flops = None
             self._trace_clients = clients
         else:

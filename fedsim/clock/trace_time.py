@@ -5,15 +5,44 @@ timeline (:class:`TraceTimeline`), its piecewise-constant speed integrated into 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Iterator
 
 import numpy as np
 
 from .availability import cycle_times
-from .draws import whole_steps
-from .trace import ClientTrace
+from .draws import ConstantRate, whole_steps
+from .trace import ClientTrace, Trace
 
-__all__ = ["SessionIndex", "TraceTimeline", "TraceRate"]
+__all__ = ["SessionIndex", "TraceTimeline", "TraceRate", "traced"]
+
+#: the per-client replays of the last traces built (a trace object and its settings -> parts)
+_BUILT: OrderedDict[tuple, tuple] = OrderedDict()
+KEEP_BUILT = 2
+
+
+def traced(trace: Trace, repeat: str, samples: int | None, fedscale: bool) -> tuple:
+    """``(clients, rates, timelines, mean speeds)`` of ``trace``: its clients (speeds divided by
+    ``samples`` per step for a device trace), a :class:`TraceRate` each (FedScale semantics: a
+    ConstantRate at the session speed), a :class:`TraceTimeline` each and their mean speeds.
+    All read-only, so the clocks of one process built from the same loaded trace (the runs of a
+    stacked comparison) share them: the last :data:`KEEP_BUILT` are kept."""
+    key = (id(trace), repeat, samples, fedscale)
+    hit = _BUILT.get(key)
+    if hit is not None and hit[0] is trace:
+        _BUILT.move_to_end(key)
+        return hit[1]
+    clients = trace.clients
+    if samples:  # samples per second -> local steps per second
+        clients = tuple(replace(t, speed=t.speed / samples, sessions=tuple((a, b, sp / samples) for a, b, sp in t.sessions))
+                        for t in clients)
+    rates = tuple(ConstantRate(t.session_speed) if fedscale else TraceRate(t, repeat) for t in clients)
+    parts = (clients, rates, tuple(TraceTimeline(t, repeat) for t in clients), tuple(t.mean_speed for t in clients))
+    _BUILT[key] = (trace, parts)
+    while len(_BUILT) > KEEP_BUILT:
+        _BUILT.popitem(last=False)
+    return parts
 
 
 class SessionIndex:

@@ -13,9 +13,10 @@ the clients that are asked for.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 
@@ -132,16 +133,37 @@ class SyntheticPopulation:
         n_tr = int(0.9 * n)
         return SyntheticClient(x=x, y=y, w=w, b=b, mean_x=mean_x, train=order[:n_tr], test=order[n_tr:])
 
+    #: bytes of generated clients' float32 parts kept for later ``gather`` calls, least recently
+    #: used dropped first: a client asked for again (a later round, or another run of a stacked
+    #: comparison sharing this population) is generated once. The values do not depend on it.
+    KEEP_BYTES: ClassVar[int] = 192 * 2**20
+
+    @cached_property
+    def _kept(self) -> "_Kept":
+        return _Kept(self.KEEP_BYTES)
+
+    def parts(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Client ``k``'s ``(x_train, y_train, x_test, y_test)``, float32 features, read-only."""
+        hit = self._kept.get(k)
+        if hit is not None:
+            return hit
+        c = self.client(k)
+        out = (c.x[c.train].astype(np.float32), c.y[c.train], c.x[c.test].astype(np.float32), c.y[c.test])
+        for a in out:
+            a.flags.writeable = False
+        self._kept.put(k, out)
+        return out
+
     def gather(self, clients: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(x_train, y_train, x_test, y_test)`` of ``clients``, in that order: float32 features,
         client after client (the training rows of the i-th listed client form the i-th block)."""
         xtr, ytr, xte, yte = [], [], [], []
         for k in clients:
-            c = self.client(int(k))
-            xtr.append(c.x[c.train].astype(np.float32))
-            ytr.append(c.y[c.train])
-            xte.append(c.x[c.test].astype(np.float32))
-            yte.append(c.y[c.test])
+            a, b, c, d = self.parts(int(k))
+            xtr.append(a)
+            ytr.append(b)
+            xte.append(c)
+            yte.append(d)
         empty_x = np.zeros((0, self.dim), dtype=np.float32)
         empty_y = np.zeros(0, dtype=np.int64)
         cat = lambda parts, empty: np.concatenate(parts) if parts else empty  # noqa: E731
@@ -159,6 +181,29 @@ class SyntheticPopulation:
             name=self.name, x_train=x_tr, y_train=y_tr, x_test=x_te, y_test=y_te,
             num_classes=self.classes, client_indices=idx,
         )  # fmt: skip
+
+
+class _Kept:
+    """A least-recently-used map of client -> arrays, holding at most ``budget`` bytes."""
+
+    def __init__(self, budget: int):
+        self.budget, self.used, self.items = budget, 0, OrderedDict()
+
+    def get(self, k: int):
+        hit = self.items.get(k)
+        if hit is not None:
+            self.items.move_to_end(k)
+        return hit
+
+    def put(self, k: int, arrays: tuple) -> None:
+        size = sum(a.nbytes for a in arrays)
+        if size > self.budget:
+            return
+        self.items[k] = arrays
+        self.used += size
+        while self.used > self.budget:
+            _, old = self.items.popitem(last=False)
+            self.used -= sum(a.nbytes for a in old)
 
 
 def synthetic_clients(
