@@ -15,7 +15,9 @@ GRID is one of
 - ``hparams``: a 500-cell grid, digits with an MLP (hidden 100), 5 algorithms x 10 learning
   rates x 10 seeds, 20 clients, 5 rounds of 10 clients doing 2 local epochs.
 
-Each mode runs ``fedsim compare`` in a fresh interpreter under ``/usr/bin/time`` (wall time and the
+Modes: ``stacked`` (one process), ``stacked_jobs2`` (stacks on two processes, the largest halved
+until both are busy), ``jobs2`` (``--no-stack --jobs 2``), ``jobs1`` (``--no-stack``). Each mode
+runs ``fedsim compare`` in a fresh interpreter under ``/usr/bin/time`` (wall time and the
 largest resident set of the process tree: for ``--jobs 2`` that is the largest single run). The
 folders are then compared run by run: clients.csv byte for byte (the clock), rounds.csv / evals.csv
 byte for byte or else their largest difference (docs/comparisons.md "Stacks"). Recorded to
@@ -153,7 +155,7 @@ def hparams(tmp: Path, seeds: list[int]) -> tuple[dict, list[str]]:
 
 GRIDS = {"straggler": (straggler, [0, 1, 2]), "wire": (wire, [0, 1, 2]), "devices": (devices, [0, 1, 2]),
          "hparams": (hparams, list(range(10)))}
-MODES = {"stacked": [], "jobs2": ["--no-stack", "--jobs", "2"], "jobs1": ["--no-stack"]}
+MODES = {"stacked": [], "stacked_jobs2": ["--jobs", "2"], "jobs2": ["--no-stack", "--jobs", "2"], "jobs1": ["--no-stack"]}
 
 
 def _csv(xs) -> str:
@@ -203,7 +205,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("grid", choices=sorted(GRIDS))
     ap.add_argument("--seeds", help="comma-separated seeds (default: the notebook's)")
-    ap.add_argument("--modes", default="stacked,jobs2", help="of stacked, jobs2, jobs1 (default stacked,jobs2)")
+    ap.add_argument("--modes", default="stacked,stacked_jobs2,jobs2",
+                    help="of stacked, stacked_jobs2, jobs2, jobs1 (default: the first three; the last is the reference)")
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args(argv)
     build, default_seeds = GRIDS[a.grid]
@@ -244,7 +247,7 @@ def main(argv=None) -> int:
     if not a.no_save and "stacked" in modes and len(modes) > 1:
         row = {**machine(), "grid": a.grid, "runs": runs, "seeds": _csv(seeds),
                **{f"{m}_s": round(wall[m], 1) for m in modes}, **{f"{m}_MiB": round(rss[m]) for m in modes},
-               "speedup": round(wall[base] / wall["stacked"], 2), "clients_same": ok,
+               **{f"x_{m}": round(wall[base] / wall[m], 2) for m in modes if m != base}, "clients_same": ok,
                "rounds_same": same["stacked"]["rounds.csv"], "largest_diff": f"{diff['stacked']:.3g}"}
         append("compare_grids", [row], "The notebooks' grids, stacked vs --no-stack --jobs 2 (bench_compare_grids.py)")
     return 0 if ok else 1

@@ -525,3 +525,19 @@ def test_grid_and_per_client_evaluations_are_batched_and_byte_identical(evals, t
     assert_same(tmp_path / "s", tmp_path / "a", 4)
     assert len(list((tmp_path / "s").glob("*/seed0/client_evals.csv"))) == 4
     assert sizes and max(sizes) == 4 and client_sizes and max(client_sizes) == 4
+
+
+def test_stacks_are_halved_until_the_parallel_processes_share_them_evenly():
+    from fedsim.compare.stacks import Stack, balanced
+
+    def sizes(stacks):
+        return [len(s.runs) for s in stacks]
+
+    three = [Stack(tuple(f"{g}{i}" for i in range(4))) for g in "abc"]
+    assert sizes(balanced(three, 1)) == [4, 4, 4]
+    halved = balanced(three, 2)  # 3 stacks on 2 processes: the first is halved, in place
+    assert sizes(halved) == [2, 2, 4, 4] and [r for s in halved for r in s.runs] == [r for s in three for r in s.runs]
+    assert sizes(balanced([Stack(tuple("abcde"))], 2)) == [3, 2]
+    assert sizes(balanced([Stack(tuple("abc"))], 4)) == [1, 1, 1]  # no stack of two runs left to halve
+    assert all(s.alone for s in balanced([Stack(tuple("abc"))], 4)[1:])
+    assert sizes(balanced([Stack(("a",), "alone")], 2)) == [1]

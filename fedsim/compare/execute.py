@@ -243,7 +243,7 @@ def _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log, s
     with ``jobs`` > 1 the programs go to parallel processes."""
     from .stacks import plan_lines, plan_stacks
 
-    stacks = plan_stacks(todo, stack_rows)
+    stacks = plan_stacks(todo, stack_rows, jobs)
     for line in plan_lines(stacks):
         log(line)
     if jobs == 1 or len(stacks) == 1:

@@ -20,7 +20,7 @@ from typing import Sequence
 
 from .plan import CompareRun
 
-__all__ = ["Stack", "stack_key", "plan_stacks", "rows_of", "auto_rows", "STACK_BYTES",
+__all__ = ["Stack", "stack_key", "plan_stacks", "balanced", "rows_of", "auto_rows", "STACK_BYTES",
            "plan_lines"]
 
 #: Memory the stacked training state of one stack may use (the automatic row cap, :func:`auto_rows`).
@@ -72,14 +72,33 @@ def auto_rows(param_bytes: int, budget: int = STACK_BYTES) -> int:
     return max(1, budget // max(1, ROW_COPIES * param_bytes))
 
 
-def plan_stacks(runs: Sequence[CompareRun], max_rows: int | None = None) -> list[Stack]:
+def plan_stacks(runs: Sequence[CompareRun], max_rows: int | None = None, programs: int = 1) -> list[Stack]:
     """The runs grouped into stacks, in the order of their first run: runs with one
     :func:`stack_key` share a stack, cut into stacks of at most ``max_rows`` rows (None: no cap;
-    a run bigger than the cap is a stack of its own)."""
+    a run bigger than the cap is a stack of its own). With ``programs`` > 1 parallel processes the
+    largest stack is halved until the stacks are a multiple of ``programs`` (and at least that
+    many) or none has two runs left, so the processes end together (:func:`balanced`)."""
     groups: dict[str, list[CompareRun]] = {}
     for r in runs:
         groups.setdefault(stack_key(r), []).append(r)
-    return [s for group in groups.values() for s in split_rows(group, max_rows)]
+    return balanced([s for group in groups.values() for s in split_rows(group, max_rows)], programs)
+
+
+def balanced(stacks: list[Stack], programs: int) -> list[Stack]:
+    """``stacks`` with the largest (most runs; the first of equals) halved, its first half in its
+    place and the second right after, while their number is below ``programs`` or not a multiple
+    of it and some stack has two runs or more."""
+    out = list(stacks)
+    while programs > 1 and (len(out) < programs or len(out) % programs) and any(len(s.runs) > 1 for s in out):
+        i = max(range(len(out)), key=lambda j: (len(out[j].runs), -j))
+        runs = out[i].runs
+        half = (len(runs) + 1) // 2
+        out[i:i + 1] = [Stack(runs[:half]) if half > 1 else Stack(runs[:half], _HALVED),
+                        Stack(runs[half:]) if len(runs) - half > 1 else Stack(runs[half:], _HALVED)]
+    return out
+
+
+_HALVED = "its stack was halved to keep the parallel processes busy"
 
 
 def split_rows(runs: Sequence[CompareRun], max_rows: int | None) -> list[Stack]:
