@@ -541,3 +541,39 @@ def test_stacks_are_halved_until_the_parallel_processes_share_them_evenly():
     assert sizes(balanced([Stack(tuple("abc"))], 4)) == [1, 1, 1]  # no stack of two runs left to halve
     assert all(s.alone for s in balanced([Stack(tuple("abc"))], 4)[1:])
     assert sizes(balanced([Stack(("a",), "alone")], 2)) == [1]
+
+
+def test_what_a_stack_shares_in_its_process_is_what_docs_say_and_holds_the_same_values(tmp_path):
+    """docs/comparisons.md "Shared in the process": generated clients kept up to 192 MiB (least
+    recently used dropped first), a loaded trace's per-client replays built once (two kept)."""
+    import numpy as np
+
+    from fedsim.clock import trace_time
+    from fedsim.clock.trace import load_trace
+    from fedsim.data import SyntheticPopulation
+
+    from fedsim.compare.stacks import _HALVED
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "comparisons.md").read_text().split())
+    assert "beyond 192 MiB" in text and "the last two traces kept" in text
+    assert SyntheticPopulation.KEEP_BYTES == 192 * 2**20 and trace_time.KEEP_BUILT == 2
+    assert f"`{_HALVED}`" in text
+
+    pop = SyntheticPopulation(1.0, 1.0, clients=6, seed=3)
+    fresh = SyntheticPopulation(1.0, 1.0, clients=6, seed=3)
+    size = [sum(a.nbytes for a in fresh.parts(k)) for k in range(3)]
+    object.__setattr__(pop, "_kept", type(pop._kept)(size[0] + max(size[1], size[2])))
+    for k in (0, 1, 0, 2):  # 2 pushes out the least recently used: 1
+        pop.parts(k)
+    assert list(pop._kept.items) == [0, 2]
+    for got, want in zip(pop.gather([2, 1, 0]), fresh.gather([2, 1, 0])):  # kept or generated: equal
+        assert np.array_equal(got, want)
+    assert not pop.parts(0)[0].flags.writeable
+
+    path = tmp_path / "t.csv"
+    path.write_text("client,start,end,online,speed\n0,0,10,1,2.0\n0,10,20,0,0\n1,0,20,1,1.0\n")
+    tr = load_trace(path, 2)
+    a = trace_time.traced(tr, "cycle", None, False)
+    assert trace_time.traced(load_trace(path, 2), "cycle", None, False) is a  # the same loaded trace
+    assert trace_time.traced(tr, "last", None, False) is not a
+    assert a[3] == (2.0, 1.0) and [r.work(20.0) for r in a[1]] == [20.0, 20.0]
