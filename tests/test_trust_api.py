@@ -91,6 +91,14 @@ def test_a_long_flat_mapping_is_not_walked_value_by_value():
     assert len(plan.clients) == 200_000 and time.perf_counter() - t < 60
 
 
+def _default_dispositions() -> None:
+    """In the child before exec: SIGTERM and SIGHUP back to their default action. A test runner
+    started under ``nohup`` passes SIGHUP on ignored, and fedsim rightly leaves an ignored signal
+    alone, so without this the child would sit out the SIGHUP the test sends."""
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def test_a_signal_whose_first_exit_is_swallowed_still_ends_the_run(tmp_path):
     """A handler can run inside code that swallows its SystemExit (it happened in a lazy numpy
     import mid-run, under an abc.__subclasscheck__): the signal is sent again until one exit gets
@@ -115,7 +123,8 @@ def test_a_signal_whose_first_exit_is_swallowed_still_ends_the_run(tmp_path):
                     Path({str(tmp_path / "swallowed")!r}).write_text("")
     """)
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_default_dispositions)
     try:
         deadline = time.monotonic() + 60
         while not any((p / "run" / "ready").exists() for p in tmp.iterdir()):
@@ -144,7 +153,8 @@ def test_a_signal_removes_the_temporary_run_folder(tmp_path, signum):
     """)
     env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
            "PYTHONFAULTHANDLER": "1"}  # a child that does not end: its threads' stacks on SIGABRT, below
-    child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=_default_dispositions)
     stuck = ""
     try:
         deadline = time.monotonic() + 60
