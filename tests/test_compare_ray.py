@@ -21,6 +21,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from _run_trees import tree  # noqa: E402
 import fedsim  # noqa: E402
 from fedsim import registries  # noqa: E402
 from fedsim.compare import ray_executor as rx  # noqa: E402
@@ -125,23 +126,6 @@ def reference(tmp_path_factory):
     out = tmp_path_factory.mktemp("ref") / "cmp"
     res = run_compare(QUAD, out=out, **GRID)
     assert len(res.ran) == 4 and not res.failed
-    return out
-
-
-def tree(folder: Path) -> dict[str, bytes]:
-    """Every file under ``folder`` (relative path -> bytes); ``info.yaml`` without the lines
-    ``threads.waited_for_cores_s`` (seconds the run waited for cores other runs held: a measurement
-    of this machine's load) and ``threads.held_rounds`` (rounds the process computed: fewer for a
-    run continued from a checkpoint). The rest of the ``threads`` block (threads, rule, budget,
-    cores) is compared: the plan fixes it (issue 35 item 7)."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file():
-            data = p.read_bytes()
-            if p.name == "info.yaml":
-                lines = data.decode().splitlines(keepends=True)
-                data = "".join(ln for ln in lines if not ln.startswith(("  waited_for_cores_s:", "  held_rounds:"))).encode()
-            out[p.relative_to(folder).as_posix()] = data
     return out
 
 

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from _run_trees import tree as run_tree
 from fedsim import registries
 from fedsim.clock.selection import Picked, SelectionRule
 from fedsim.compare import plan_compare, run_compare
@@ -50,20 +51,8 @@ BOUND = 1e-6
 
 
 def tree(folder: Path) -> dict[str, bytes]:
-    """Every file of every run folder under ``folder`` (relative path -> bytes); ``info.yaml``
-    without the two lines of its ``threads`` block that record the process, not the result:
-    ``waited_for_cores_s`` (a timing) and ``held_rounds`` (fewer after a resume), as the Ray
-    comparison's test does."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if not p.is_file() or p.name == "run.lock":
-            continue
-        data = p.read_bytes()
-        if p.name == "info.yaml":
-            lines = data.decode().splitlines(keepends=True)
-            data = "".join(ln for ln in lines if not ln.startswith(("  waited_for_cores_s:", "  held_rounds:"))).encode()
-        out[p.relative_to(folder).as_posix()] = data
-    return out
+    """Every file of every run folder under ``folder`` but ``run.lock``, as :func:`_run_trees.tree`."""
+    return run_tree(folder, skip=("run.lock",))
 
 
 def assert_same(a: Path, b: Path, runs: int) -> None:

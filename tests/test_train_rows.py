@@ -23,14 +23,6 @@ def work():
     return build_run(parse_scenario(RAW)).engine.work
 
 
-@pytest.fixture
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _tensors(like, scale, shift):
     return {k: (torch.arange(v.numel(), dtype=v.dtype).reshape(v.shape) % 7 - 3) * scale + shift
             for k, v in like.items()}

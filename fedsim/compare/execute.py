@@ -203,23 +203,12 @@ def run_compare(
                 except Exception as err:  # noqa: BLE001 - one failed cell must not lose the others
                     finished(r, None, err)
         else:
-            import multiprocessing as mp
+            def one_done(r, fut):
+                err = fut.exception()
+                finished(r, None if err else fut.result(), err)
 
-            ctx = mp.get_context("spawn")
-            # a spawned worker first registers what this process did (entry points, --plugin modules)
-            with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx, initializer=load_plugins,
-                                     initargs=(tuple(plugins),)) as pool:
-                pending = {pool.submit(run_one, dump_scenario(r.scenario), str(r.folder), table_format): r for r in todo}
-                try:
-                    while pending:
-                        done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                        for fut in done:
-                            r = pending.pop(fut)
-                            err = fut.exception()
-                            finished(r, None if err else fut.result(), err)
-                except KeyboardInterrupt:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
+            in_processes(jobs, plugins, [(r, (run_one, dump_scenario(r.scenario), str(r.folder), table_format))
+                                         for r in todo], one_done)
     finally:
         if bar is not None:
             bar.close()
@@ -259,25 +248,35 @@ def _run_stacked(todo, table_format, finished, jobs, plugins, stack_rows, log, s
             else:
                 run_stack(st.runs, table_format, finished, max_rows=stack_rows, log=log, status=status)
         return
+    def stack_done(st, fut):
+        err = fut.exception()
+        if err is not None:
+            for r in st.runs:
+                finished(r, None, err)
+            return
+        for i, res, what in fut.result():
+            finished(st.runs[i], res, None if what is None else CellError(what))
+
+    in_processes(jobs, plugins, [(st, (stack_worker, [dump_scenario(r.scenario) for r in st.runs],
+                                       [str(r.folder) for r in st.runs], table_format, stack_rows)) for st in stacks],
+                 stack_done)
+
+
+def in_processes(jobs: int, plugins, calls: list, done: Callable) -> None:
+    """Each ``(key, (fn, *args))`` of ``calls`` run as ``fn(*args)`` in up to ``jobs`` spawned
+    processes, ``done(key, future)`` called as each ends; Ctrl-C cancels the calls not started. A
+    spawned worker first registers what this process did (entry points, --plugin modules)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(stacks)), mp_context=ctx, initializer=load_plugins_of,
+    with ProcessPoolExecutor(max_workers=min(jobs, len(calls)), mp_context=ctx, initializer=load_plugins_of,
                              initargs=(tuple(plugins),)) as pool:
-        pending = {pool.submit(stack_worker, [dump_scenario(r.scenario) for r in st.runs],
-                               [str(r.folder) for r in st.runs], table_format, stack_rows): st for st in stacks}
+        pending = {pool.submit(*call): key for key, call in calls}
         try:
             while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    st = pending.pop(fut)
-                    err = fut.exception()
-                    if err is not None:
-                        for r in st.runs:
-                            finished(r, None, err)
-                        continue
-                    for i, res, what in fut.result():
-                        finished(st.runs[i], res, None if what is None else CellError(what))
+                finished_now, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in finished_now:
+                    done(pending.pop(fut), fut)
         except KeyboardInterrupt:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
