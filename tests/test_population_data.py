@@ -74,6 +74,45 @@ def test_a_client_is_its_own_stream():
         big.client(40)
 
 
+@pytest.mark.parametrize("iid", [False, True])
+def test_a_client_is_the_reference_generators_draws_from_its_stream(iid):
+    # FedProx's generate_synthetic.py order: u, B, v, W, b, then x = v + sqrt(Sigma) N(0, I), y = argmax
+    from fedsim.rng import stream
+
+    pop = SyntheticPopulation(0.5, 1.5, clients=6, dim=7, classes=3, seed=2, iid=iid)
+    shared = stream(2, "synthetic")
+    n_k = shared.lognormal(4.0, 2.0, 6).astype(np.int64) + 50
+    for k in (0, 5):
+        rng = stream(2, "synthetic-client", k)
+        if iid:
+            w, b, v = _iid_model(2) + (np.zeros(7),)
+        else:
+            u, big_b = rng.normal(0.0, 0.5), rng.normal(0.0, 1.5)
+            v = rng.normal(big_b, 1.0, 7)
+            w, b = rng.normal(u, 1.0, (7, 3)), rng.normal(u, 1.0, 3)
+        x = v + np.sqrt(np.arange(1, 8, dtype=np.float64) ** -1.2) * rng.standard_normal((int(n_k[k]), 7))
+        order = rng.permutation(int(n_k[k]))
+        c = pop.client(k)
+        np.testing.assert_array_equal(c.x, x)
+        np.testing.assert_array_equal(c.y, np.argmax(x @ w + b, axis=1))
+        np.testing.assert_array_equal(c.train, order[: int(0.9 * n_k[k])])
+        xtr, ytr, xte, yte = pop.gather([k])
+        np.testing.assert_array_equal(xtr, x[c.train].astype(np.float32))
+        np.testing.assert_array_equal(xte, x[c.test].astype(np.float32))
+        train_only = pop.gather([k, 0], test=False)
+        assert len(train_only) == 2
+        np.testing.assert_array_equal(train_only[0], pop.gather([k, 0])[0])
+        np.testing.assert_array_equal(train_only[1], pop.gather([k, 0])[1])
+
+
+def _iid_model(seed):
+    from fedsim.rng import stream
+
+    rng = stream(seed, "synthetic")
+    rng.lognormal(4.0, 2.0, 6)
+    return rng.normal(0.0, 1.0, (7, 3)), rng.normal(0.0, 1.0, 3)
+
+
 def test_eval_sample_rule():
     assert eval_sample(EVAL_CLIENTS, None, 0) is None  # all clients up to EVAL_CLIENTS
     s = eval_sample(EVAL_CLIENTS + 1, None, 0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import ClassVar, Sequence
 
 import numpy as np
@@ -52,6 +52,14 @@ class SyntheticClient:
 def feature_variances(dim: int) -> np.ndarray:
     """Diagonal of the feature covariance, ``Sigma_jj = (j+1)^-1.2``."""
     return np.power(np.arange(1, dim + 1, dtype=np.float64), -1.2)
+
+
+@lru_cache(maxsize=8)
+def _feature_scales(dim: int) -> np.ndarray:
+    """``sqrt(feature_variances(dim))``, read-only (made once per dimension)."""
+    out = np.sqrt(feature_variances(dim))
+    out.flags.writeable = False
+    return out
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,9 @@ class SyntheticPopulation:
             w = rng.normal(u, 1.0, (self.dim, self.classes))
             b = rng.normal(u, 1.0, self.classes)
         n = int(n_k[k])
-        x = mean_x + np.sqrt(feature_variances(self.dim)) * rng.standard_normal((n, self.dim))
+        x = rng.standard_normal((n, self.dim))  # then v_k + sqrt(Sigma) * x, in place (the same values)
+        x *= _feature_scales(self.dim)
+        x += mean_x
         y = np.argmax(x @ w + b, axis=1).astype(np.int64)
         order = rng.permutation(n)
         n_tr = int(0.9 * n)
@@ -148,26 +158,23 @@ class SyntheticPopulation:
         if hit is not None:
             return hit
         c = self.client(k)
-        out = (c.x[c.train].astype(np.float32), c.y[c.train], c.x[c.test].astype(np.float32), c.y[c.test])
+        x = c.x.astype(np.float32)  # cast once, then split (the same values as splitting first)
+        out = (x[c.train], c.y[c.train], x[c.test], c.y[c.test])
         for a in out:
             a.flags.writeable = False
         self._kept.put(k, out)
         return out
 
-    def gather(self, clients: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def gather(self, clients: Sequence[int], test: bool = True) -> tuple[np.ndarray, ...]:
         """``(x_train, y_train, x_test, y_test)`` of ``clients``, in that order: float32 features,
-        client after client (the training rows of the i-th listed client form the i-th block)."""
-        xtr, ytr, xte, yte = [], [], [], []
-        for k in clients:
-            a, b, c, d = self.parts(int(k))
-            xtr.append(a)
-            ytr.append(b)
-            xte.append(c)
-            yte.append(d)
+        client after client (the training rows of the i-th listed client form the i-th block).
+        ``test=False``: ``(x_train, y_train)`` only (what local training reads)."""
+        got = [self.parts(int(k)) for k in clients]
         empty_x = np.zeros((0, self.dim), dtype=np.float32)
         empty_y = np.zeros(0, dtype=np.int64)
-        cat = lambda parts, empty: np.concatenate(parts) if parts else empty  # noqa: E731
-        return cat(xtr, empty_x), cat(ytr, empty_y), cat(xte, empty_x), cat(yte, empty_y)
+        cat = lambda i, empty: np.concatenate([g[i] for g in got]) if got else empty  # noqa: E731
+        out = (cat(0, empty_x), cat(1, empty_y))
+        return out + (cat(2, empty_x), cat(3, empty_y)) if test else out
 
     def dataset(self, clients: Sequence[int] | None = None) -> Dataset:
         """The listed clients (default: all) as a :class:`Dataset`; client j of the list owns the

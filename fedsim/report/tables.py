@@ -9,6 +9,7 @@ written whole and flushed as each round finishes: a killed run keeps every finis
 from __future__ import annotations
 
 import math
+import operator
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Sequence
@@ -26,6 +27,11 @@ CLIENT_COLUMNS = client_columns()  # without the levers' columns; rounds.csv's: 
 
 def fmt(v) -> str:
     """One CSV cell: '' for None/NaN, repr for floats, str otherwise."""
+    t = type(v)
+    if t is float:  # the common cells first (the same text as below)
+        return "" if v != v else repr(v)
+    if t is int or t is str:
+        return str(v)
     if v is None:
         return ""
     if isinstance(v, bool):
@@ -51,6 +57,10 @@ class TableWriter:
     def __init__(self, path: Path, columns: Sequence[str]):
         self.path = Path(path)
         self.columns = list(columns)
+        attrs = operator.attrgetter(*self.columns) if self.columns else (lambda r: ())
+        one = len(self.columns) == 1
+        self._get = lambda r: ([r.get(c) for c in self.columns] if isinstance(r, Mapping)
+                               else (attrs(r),) if one else attrs(r))
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         self._f = open(self.path, "a", encoding="utf-8", newline="")
         if fresh:
@@ -58,7 +68,8 @@ class TableWriter:
             self.sync()
 
     def write(self, rows: Iterable[Any]) -> None:
-        text = "".join(",".join(fmt(_cell(r, c)) for c in self.columns) + "\n" for r in rows)
+        get = self._get
+        text = "".join(",".join(map(fmt, get(r))) + "\n" for r in rows)
         if text:
             self._f.write(text)
             self._f.flush()
@@ -71,10 +82,6 @@ class TableWriter:
         if not self._f.closed:
             self.sync()
             self._f.close()
-
-
-def _cell(row: Any, col: str) -> Any:
-    return row.get(col) if isinstance(row, Mapping) else getattr(row, col)
 
 
 class _Tables(NamedTuple):
