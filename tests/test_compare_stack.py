@@ -533,7 +533,7 @@ def test_stacks_are_halved_until_the_parallel_processes_share_them_evenly():
 
 
 def test_what_a_stack_shares_in_its_process_is_what_docs_say_and_holds_the_same_values(tmp_path):
-    """docs/comparisons.md "Shared in the process": generated clients kept up to 192 MiB (least
+    """docs/comparisons.md "Shared in the process": generated clients kept up to 384 MiB (least
     recently used dropped first), a loaded trace's per-client replays built once (two kept)."""
     import numpy as np
 
@@ -544,8 +544,8 @@ def test_what_a_stack_shares_in_its_process_is_what_docs_say_and_holds_the_same_
     from fedsim.compare.stacks import _HALVED
 
     text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "comparisons.md").read_text().split())
-    assert "beyond 192 MiB" in text and "the last two traces kept" in text
-    assert SyntheticPopulation.KEEP_BYTES == 192 * 2**20 and trace_time.KEEP_BUILT == 2
+    assert "beyond 384 MiB" in text and "the last two traces kept" in text
+    assert SyntheticPopulation.KEEP_BYTES == 384 * 2**20 and trace_time.KEEP_BUILT == 2
     assert f"`{_HALVED}`" in text
 
     pop = SyntheticPopulation(1.0, 1.0, clients=6, seed=3)
@@ -566,3 +566,24 @@ def test_what_a_stack_shares_in_its_process_is_what_docs_say_and_holds_the_same_
     assert trace_time.traced(load_trace(path, 2), "cycle", None, False) is a  # the same loaded trace
     assert trace_time.traced(tr, "last", None, False) is not a
     assert a[3] == (2.0, 1.0) and [r.work(20.0) for r in a[1]] == [20.0, 20.0]
+
+
+def test_a_stacks_data_is_freed_before_the_next_stack_of_the_process_builds_its_own(tmp_path, monkeypatch):
+    """Three seeds are three stacks run one after another in one process: when each starts, the
+    generated populations of the stacks before (and the clients they keep) are gone."""
+    import weakref
+
+    from fedsim.compare import stack as stack_module
+
+    seen, alive = [], []
+    held = stack_module._held_once
+
+    def watched(source):
+        alive.append(sum(r() is not None for r in seen))
+        seen.append(weakref.ref(source))
+        return held(source)
+
+    monkeypatch.setattr(stack_module, "_held_once", watched)
+    run_compare({**BASE, "rounds": 2}, out=tmp_path / "c", algorithms=["fedavg", "fednova"], seeds=[0, 1, 2],
+                log=lambda line: None)
+    assert len(seen) == 3 and alive == [0, 0, 0]
