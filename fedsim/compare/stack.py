@@ -256,13 +256,18 @@ def _batched(cells: list[_Cell], idx: list[int], answer: Callable, out: dict) ->
 def run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable, *, max_rows: int | None = None,
               log: Callable[[str], None] | None = None, status: Callable[[str | None], None] | None = None) -> None:
     """Run ``runs`` (one stack: the same data and model shapes) as one program (:func:`_run_stack`).
-    The stack's data (generated clients kept, its runs' workloads) is freed when it returns, before
-    a next stack of the same process builds its own: the runs' generators and workloads form
-    reference cycles, which a collection run here breaks at once."""
+    The stack's data (generated clients kept, its runs' workloads) is freed when it returns, and
+    the heap's free pages handed back to the OS, before a next stack of the same process builds
+    its own: the runs' generators and workloads form reference cycles, which a collection run
+    here breaks at once, and the engine's allocator keeps freed memory otherwise
+    (:func:`~fedsim.engine.allocator.release_free_memory`)."""
     import gc
+
+    from ..engine.allocator import release_free_memory
 
     _run_stack(runs, table_format, finished, max_rows=max_rows, log=log, status=status)
     gc.collect()
+    release_free_memory()
 
 
 def _run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable, *, max_rows: int | None = None,

@@ -146,7 +146,7 @@ class SyntheticPopulation:
     #: bytes of generated clients' float32 parts kept for later ``gather`` calls, least recently
     #: used dropped first: a client asked for again (a later round, or another run of a stacked
     #: comparison sharing this population) is generated once. The values do not depend on it.
-    KEEP_BYTES: ClassVar[int] = 384 * 2**20
+    KEEP_BYTES: ClassVar[int] = 320 * 2**20
 
     @cached_property
     def _kept(self) -> "_Kept":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["tune_allocator"]
+__all__ = ["tune_allocator", "release_free_memory"]
 
 _MALLOC_TUNED = False
 
@@ -33,3 +33,16 @@ def tune_allocator() -> bool:
     except (OSError, AttributeError):
         _MALLOC_TUNED = False
     return _MALLOC_TUNED
+
+
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the OS now (glibc ``malloc_trim(0)``), which
+    :func:`tune_allocator` otherwise keeps for reuse: for a long program whose allocations churn
+    (a stack's generated clients, kept least recently used first) between steps, so that its
+    resident memory follows what it holds. False where glibc's ``malloc_trim`` is missing."""
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
