@@ -1,6 +1,7 @@
 """README's and docs/performance.md's stacked-comparison tables are the rows that
 benchmarks/bench_compare_grids.py recorded (benchmarks/results/compare_grids.csv, the last row of
-each grid): every number in them is checked here."""
+each grid), and docs/performance.md's profile table the rows of benchmarks/profile_shares.py
+(results/stack_profile.csv): every number in them is checked here."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GRIDS = ("straggler", "wire", "devices", "hparams")
 
 
-def recorded() -> dict[str, dict]:
-    with open(ROOT / "benchmarks" / "results" / "compare_grids.csv", newline="") as f:
+def recorded(name: str = "compare_grids") -> dict[str, dict]:
+    with open(ROOT / "benchmarks" / "results" / f"{name}.csv", newline="") as f:
         rows = {r["grid"]: r for r in csv.DictReader(f)}
     return {g: rows[g] for g in GRIDS if g in rows}
 
@@ -47,8 +48,33 @@ def test_the_tables_hold_the_recorded_rows():
     assert len(listed) == len(rows)  # no row that was not recorded
 
 
+def profile_row(grid: str, r: dict) -> str:
+    return (f"| {grid} ({r['runs_profiled']} of {r['runs']} runs) | {r['data_s']} s | {r['compression_s']} s "
+            f"| {r['training_s']} s | {r['evaluation_s']} s | {r['imports_s']} s | {r['rest_s']} s "
+            f"| {r['floor_s']} s | {r['jobs2_s']} s | {r['best_x']}x |")
+
+
+def test_the_profile_table_holds_the_recorded_rows_and_their_bound():
+    rows = recorded("stack_profile")
+    grids = recorded()
+    assert set(rows) == set(GRIDS)
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    for grid, r in rows.items():
+        assert profile_row(grid, r) in perf, grid
+        # the bound: the grid's tensor arithmetic, shared by two processes when a run uses one thread
+        arith = sum(float(r[f"{p}_s"]) for p in ("compression", "training", "evaluation"))
+        scale = int(r["runs"]) / int(r["runs_profiled"]) / (2 if r["threads"] == "1" else 1)
+        # each part is recorded to 0.1 s: three half-tenths scaled, and the floor's own rounding
+        assert abs(arith * scale - float(r["floor_s"])) <= 0.15 * scale + 0.05, grid
+        assert float(r["jobs2_s"]) == float(grids[grid]["jobs2_s"]), grid  # the recorded baseline
+        assert abs(float(r["jobs2_s"]) / float(r["floor_s"]) / float(r["best_x"]) - 1) <= 0.01, grid
+        assert int(r["runs"]) == int(grids[grid]["runs"]), grid
+
+
 if __name__ == "__main__":  # print the tables' rows (to paste them after a new benchmark run)
     for grid, r in recorded().items():
         print(readme_row(grid, r))
     for grid, r in recorded().items():
         print(performance_row(grid, r))
+    for grid, r in recorded("stack_profile").items():
+        print(profile_row(grid, r))

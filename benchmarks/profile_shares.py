@@ -1,0 +1,111 @@
+"""Where a stacked comparison's wall time goes, from a py-spy sampling profile (issue 35's floor).
+
+    pip install py-spy
+    py-spy record -r 50 -f raw -o stack.raw -- python -m fedsim compare GRID.yaml ARGS --quiet
+    python benchmarks/profile_shares.py GRID stack.raw [more.raw ...] --runs-profiled N [--save]
+
+(``GRID.yaml`` and ``ARGS``: what ``bench_compare_grids.py GRID --seeds 0`` runs stacked.)
+
+Each sample is put in the first of these parts that its stack passes through:
+
+- ``data``: generating Synthetic clients on demand (``SyntheticPopulation.gather``);
+- ``compression``: compressing the uploads (``compress_cohort``);
+- ``training``: the batched local steps (``train_rows``);
+- ``evaluation``: the batched evaluations (``evaluate_together``, ``client_metrics_together``);
+- ``imports``: importing modules;
+- ``rest``: everything else -- each run's clock, selection, server update and table writes.
+
+``training`` and ``evaluation`` are tensor arithmetic that every run needs stacked or not (on a
+CPU a batched step of many models costs about the sum of their steps: each row has its own
+weights), so their seconds bound what stacking can save on this machine: scaled from the
+profiled runs to the grid's, divided by two when the runs use one thread (two processes could
+share them out) and by one when they already use both cores, they are the least wall time
+(``floor_s``) any way of running the grid on this machine could take, and ``jobs2_s`` (the grid's
+last ``--no-stack --jobs 2`` time in ``results/compare_grids.csv``) over it is the largest
+speed-up stacking could give (``best_x``). ``--save`` appends the row to
+``results/stack_profile.{csv,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections import Counter
+from pathlib import Path
+
+#: What the grids run (bench_compare_grids.py): runs, and torch threads per run.
+GRIDS = {"straggler": (108, 1), "wire": (30, 1), "devices": (18, 2), "hparams": (500, 2)}
+ARITHMETIC = ("compression", "training", "evaluation")
+
+PARTS = {
+    "data": ("SyntheticPopulation.gather ",),
+    "compression": ("compress_cohort ",),
+    "training": ("train_rows ",),
+    "evaluation": ("evaluate_together ", "client_metrics_together "),
+    "imports": ("_find_and_load ",),
+}
+
+
+def part_of(stack: str) -> str:
+    """The part a sampled stack (py-spy raw: frames ``name (file:line)`` joined by ``;``) counts in."""
+    frames = stack.split(";")
+    for part, names in PARTS.items():
+        if any(f.startswith(n) for f in frames for n in names):
+            return part
+    return "rest"
+
+
+def shares(lines, rate: float) -> dict[str, float]:
+    """Seconds per part of py-spy raw ``lines`` sampled at ``rate`` per second."""
+    seconds: Counter = Counter()
+    for line in lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if stack:
+            seconds[part_of(stack)] += int(count) / rate
+    return {p: seconds.get(p, 0.0) for p in [*PARTS, "rest"]}
+
+
+def floor(parts: dict[str, float], runs_profiled: int, runs: int, threads: int) -> float:
+    """Seconds of tensor arithmetic of the whole grid on this machine's two cores."""
+    return sum(parts[p] for p in ARITHMETIC) * runs / runs_profiled / (2 if threads == 1 else 1)
+
+
+def jobs2_seconds(grid: str) -> float:
+    with open(Path(__file__).parent / "results" / "compare_grids.csv", newline="") as f:
+        return float([r for r in csv.DictReader(f) if r["grid"] == grid][-1]["jobs2_s"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("grid", choices=sorted(GRIDS))
+    ap.add_argument("raw", nargs="+", help="py-spy record -f raw outputs (their seconds are added)")
+    ap.add_argument("--runs-profiled", type=int, required=True, help="runs in the profiled comparisons")
+    ap.add_argument("--rate", type=float, default=50.0, help="py-spy's -r (samples per second)")
+    ap.add_argument("--save", action="store_true")
+    a = ap.parse_args(argv)
+    got: Counter = Counter()
+    for path in a.raw:
+        with open(path) as f:
+            got.update(shares(f, a.rate))
+    total = sum(got.values())
+    for part in [*PARTS, "rest"]:
+        print(f"{part:12s} {got[part]:8.1f} s  {100 * got[part] / total:5.1f}%")
+    runs, threads = GRIDS[a.grid]
+    low = floor(got, a.runs_profiled, runs, threads)
+    jobs2 = jobs2_seconds(a.grid)
+    print(f"{'total':12s} {total:8.1f} s; the grid's arithmetic on two cores: {low:.1f} s, "
+          f"--no-stack --jobs 2 {jobs2:.1f} s: at most {jobs2 / low:.2f}x")
+    if a.save:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from _common import append, machine
+
+        row = {**machine(threads), "grid": a.grid, "runs": runs, "runs_profiled": a.runs_profiled,
+               **{f"{p}_s": round(got[p], 1) for p in [*PARTS, "rest"]}, "total_s": round(total, 1),
+               "floor_s": round(low, 1), "jobs2_s": jobs2, "best_x": round(jobs2 / low, 2)}
+        append("stack_profile", [row], "Where a stack's time goes (py-spy), and the least time the grid's arithmetic takes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
