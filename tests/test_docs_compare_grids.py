@@ -78,3 +78,25 @@ if __name__ == "__main__":  # print the tables' rows (to paste them after a new 
         print(performance_row(grid, r))
     for grid, r in recorded("stack_profile").items():
         print(profile_row(grid, r))
+
+
+def test_a_profile_sample_counts_in_the_first_part_its_stack_passes_through():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_shares", ROOT / "benchmarks" / "profile_shares.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    lines = [
+        "<module> (x.py:1);train_rows (fedsim/engine/train.py:133);SyntheticPopulation.gather (s.py:9) 4\n",
+        "<module> (x.py:1);train_rows (fedsim/engine/train.py:133);grad (t.py:2) 4\n",
+        "<module> (x.py:1);compress_cohort (c.py:3);train_rows_like (q.py:1) 2\n",
+        "<module> (x.py:1);evaluate_together (e.py:1) 1\n",
+        "<module> (x.py:1);client_metrics_together (e.py:2) 1\n",
+        "<module> (x.py:1);_find_and_load (<frozen>:1) 2\n",
+        "<module> (x.py:1);round_loop (l.py:4) 3\n",
+    ]
+    assert mod.shares(lines, 4.0) == {"data": 1.0, "compression": 0.5, "training": 1.0, "evaluation": 0.5,
+                                      "imports": 0.5, "rest": 0.75}
+    # 36 of 108 runs profiled, one thread a run: the three arithmetic parts x 3 / 2
+    parts = {"data": 9.0, "compression": 1.0, "training": 4.0, "evaluation": 1.0, "imports": 1.0, "rest": 1.0}
+    assert mod.floor(parts, 36, 108, 1) == 9.0 and mod.floor(parts, 36, 108, 2) == 18.0
