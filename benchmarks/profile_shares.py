@@ -6,7 +6,8 @@
 
 (``GRID.yaml`` and ``ARGS``: what ``bench_compare_grids.py GRID --seeds 0`` runs stacked.)
 
-Each sample is put in the first of these parts that its stack passes through:
+Each sample is put in the first of these parts that its stack passes through (py-spy's samples
+with no Python frame, a line of a bare count, are left out):
 
 - ``data``: generating Synthetic clients on demand (``SyntheticPopulation.gather``);
 - ``compression``: compressing the uploads (``compress_cohort``);
@@ -34,8 +35,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-#: What the grids run (bench_compare_grids.py): runs, and torch threads per run.
-GRIDS = {"straggler": (108, 1), "wire": (30, 1), "devices": (18, 2), "hparams": (500, 2)}
+#: Torch threads a run of each grid uses here (bench_compare_grids.py: ``engine.threads: 1``, or
+#: the default, both cores for batched chunks).
+THREADS = {"straggler": 1, "wire": 1, "devices": 2, "hparams": 2}
 ARITHMETIC = ("compression", "training", "evaluation")
 
 PARTS = {
@@ -59,9 +61,13 @@ def part_of(stack: str) -> str:
 def shares(lines, rate: float) -> dict[str, float]:
     """Seconds per part of py-spy raw ``lines`` sampled at ``rate`` per second."""
     seconds: Counter = Counter()
-    for line in lines:
+    for i, line in enumerate(lines, 1):
         stack, _, count = line.rstrip("\n").rpartition(" ")
-        if stack:
+        if not count.isdigit():
+            if not line.strip():
+                continue
+            raise ValueError(f"line {i} is not py-spy's raw format (frames, a space, a sample count)")
+        if stack:  # a bare count: samples with no Python frame, not counted
             seconds[part_of(stack)] += int(count) / rate
     return {p: seconds.get(p, 0.0) for p in [*PARTS, "rest"]}
 
@@ -71,29 +77,35 @@ def floor(parts: dict[str, float], runs_profiled: int, runs: int, threads: int) 
     return sum(parts[p] for p in ARITHMETIC) * runs / runs_profiled / (2 if threads == 1 else 1)
 
 
-def jobs2_seconds(grid: str) -> float:
+def recorded(grid: str) -> dict:
+    """The grid's last row of ``results/compare_grids.csv`` (its runs, its baseline's seconds)."""
     with open(Path(__file__).parent / "results" / "compare_grids.csv", newline="") as f:
-        return float([r for r in csv.DictReader(f) if r["grid"] == grid][-1]["jobs2_s"])
+        return [r for r in csv.DictReader(f) if r["grid"] == grid][-1]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("grid", choices=sorted(GRIDS))
+    ap.add_argument("grid", choices=sorted(THREADS))
     ap.add_argument("raw", nargs="+", help="py-spy record -f raw outputs (their seconds are added)")
     ap.add_argument("--runs-profiled", type=int, required=True, help="runs in the profiled comparisons")
     ap.add_argument("--rate", type=float, default=50.0, help="py-spy's -r (samples per second)")
     ap.add_argument("--save", action="store_true")
     a = ap.parse_args(argv)
     got: Counter = Counter()
+    if not a.rate > 0:
+        ap.error("--rate: must be a positive number of samples per second")
     for path in a.raw:
-        with open(path) as f:
-            got.update(shares(f, a.rate))
+        try:
+            with open(path) as f:
+                got.update(shares(f, a.rate))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            ap.exit(2, f"profile_shares: {path}: {err}\n")
     total = sum(got.values())
     for part in [*PARTS, "rest"]:
         print(f"{part:12s} {got[part]:8.1f} s  {100 * got[part] / total:5.1f}%")
-    runs, threads = GRIDS[a.grid]
+    row = recorded(a.grid)
+    runs, threads, jobs2 = int(row["runs"]), THREADS[a.grid], float(row["jobs2_s"])
     low = floor(got, a.runs_profiled, runs, threads)
-    jobs2 = jobs2_seconds(a.grid)
     print(f"{'total':12s} {total:8.1f} s; the grid's arithmetic on two cores: {low:.1f} s, "
           f"--no-stack --jobs 2 {jobs2:.1f} s: at most {jobs2 / low:.2f}x")
     if a.save:

@@ -100,3 +100,23 @@ def test_a_profile_sample_counts_in_the_first_part_its_stack_passes_through():
     # 36 of 108 runs profiled, one thread a run: the three arithmetic parts x 3 / 2
     parts = {"data": 9.0, "compression": 1.0, "training": 4.0, "evaluation": 1.0, "imports": 1.0, "rest": 1.0}
     assert mod.floor(parts, 36, 108, 1) == 9.0 and mod.floor(parts, 36, 108, 2) == 18.0
+    import pytest
+
+    with pytest.raises(ValueError, match="line 2 is not py-spy's raw format"):
+        mod.shares(["a (b:1) 3\n", "a (b:1) three\n"], 1.0)
+
+
+def test_the_parts_of_lines_py_spy_wrote():
+    """Seven lines of a real ``py-spy record -f raw`` of stacked comparisons (tests/fixtures), one in
+    each part and one of samples without a Python frame (a bare count: left out), read as py-spy
+    writes them: frames ``name (file:line)`` joined by ``;``, then the sample count."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_shares", ROOT / "benchmarks" / "profile_shares.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with open(Path(__file__).with_name("fixtures") / "py-spy-stack.raw") as f:
+        got = mod.shares(f, 1.0)
+    # the counts at the lines' ends, in the fixture's order: data, compression, training,
+    # evaluation, imports, rest (the seventh, " 36", has no frame)
+    assert got == {"data": 89.0, "compression": 2.0, "training": 4.0, "evaluation": 1.0, "imports": 1.0, "rest": 4.0}

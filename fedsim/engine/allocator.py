@@ -7,6 +7,7 @@ import os
 __all__ = ["tune_allocator", "release_free_memory"]
 
 _MALLOC_TUNED = False
+_LIBC = None
 
 
 def tune_allocator() -> bool:
@@ -23,9 +24,7 @@ def tune_allocator() -> bool:
     if _MALLOC_TUNED or os.environ.get("FEDSIM_MALLOC_TUNE", "1") == "0":
         return _MALLOC_TUNED
     try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
+        libc = _libc()
         m_trim_threshold, m_mmap_threshold = -1, -3
         ok = libc.mallopt(m_mmap_threshold, 1 << 30) or libc.mallopt(m_mmap_threshold, 32 << 20)
         ok = ok and libc.mallopt(m_trim_threshold, 1 << 30)
@@ -41,8 +40,16 @@ def release_free_memory() -> bool:
     (a stack's generated clients, kept least recently used first) between steps, so that its
     resident memory follows what it holds. False where glibc's ``malloc_trim`` is missing."""
     try:
-        import ctypes
-
-        return bool(ctypes.CDLL("libc.so.6").malloc_trim(0))
+        return bool(_libc().malloc_trim(0))
     except (OSError, AttributeError):
         return False
+
+
+def _libc():
+    """glibc, loaded once (``OSError`` where there is none)."""
+    import ctypes
+
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL("libc.so.6")
+    return _LIBC
