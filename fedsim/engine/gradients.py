@@ -11,12 +11,12 @@ from torch.func import vmap
 
 from ..models.dropout import dropout_noise
 from .dropout_plan import Sites, split_noise
-from .stacked import stacked_forward
+from .stacked import stacked_forward, stacked_forward_backward
 from .workload_value import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["cohort_grad", "per_client_loss"]
+__all__ = ["cohort_grad", "cross_entropy_backward", "per_client_loss"]
 
 
 def cohort_grad(
@@ -42,6 +42,15 @@ def cohort_grad(
 
         return closed_form
     fwd = stacked_forward(work.module) if not work.buffers else None
+    by_hand = stacked_forward_backward(work.module) if fwd is not None and work.loss_fn is None else None
+    if by_hand is not None:  # Flatten / Linear / ReLU with fedsim's cross-entropy: autograd's kernels, no graph
+
+        def written_out(params: Tensors, xb: torch.Tensor, yb: torch.Tensor, noise=None, buffers=None):
+            logits, back = by_hand(params, xb)
+            loss, loss_sq, dlogits = cross_entropy_backward(logits, yb)
+            return back(dlogits), loss, loss_sq
+
+        return written_out
     if fwd is None:
         predict = work.predict
 
@@ -80,6 +89,22 @@ def cohort_grad(
         return dict(zip(params, grads)), loss.detach(), loss_sq
 
     return grad_fn
+
+
+def cross_entropy_backward(logits: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(loss (C,), loss_sq (C,), d sum_c loss_c / d logits)`` for logits (C, B, K) and classes
+    yb (C, B): :func:`per_client_loss`'s cross-entropy and the gradient ``autograd.grad`` of
+    ``loss.sum()`` gives, by the kernels autograd calls (mean's 1/B, ``nll_loss_backward``,
+    ``_log_softmax_backward_data``), so the same bits."""
+    c, b, k = logits.shape
+    flat, y = logits.reshape(-1, k), yb.reshape(-1)
+    log_p = torch.log_softmax(flat, 1)
+    each = F.nll_loss(log_p, y, reduction="none").view(c, -1)
+    per_sample = each.view(c, b, -1).mean(2)
+    mean_grad = torch.ones(c * b, dtype=logits.dtype, device=logits.device) / b
+    d_log_p = torch.ops.aten.nll_loss_backward(mean_grad, log_p, y, None, 0, -100, torch.zeros((), dtype=logits.dtype))
+    d_flat = torch.ops.aten._log_softmax_backward_data(d_log_p, log_p, 1, logits.dtype)
+    return each.mean(1), (per_sample * per_sample).sum(1), d_flat.view(c, b, k)
 
 
 def per_client_loss(loss_fn: Callable | None) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
