@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..engine.request import ClientEvalRequest, EvalRequest, TrainRequest
+from ..engine.request import ClientEvalRequest, EvalRequest, TrainRequest, TrainRequests
 from ..engine.stacked_eval import client_metrics_together, eval_key, evaluate_together
 from ..engine.train import CohortResult, Rows, train_cohort, train_rows
 from ..scenario import dump_scenario
@@ -198,14 +198,16 @@ def _answer(reqs: Sequence[TrainRequest]) -> list[CohortResult]:
     return out
 
 
-def _answer_all(cells: list[_Cell], log: Callable[[str], None] | None = None) -> dict[int, CohortResult | BaseException]:
-    """Every waiting cell's request answered: training batched per (data, local solver),
-    evaluations batched per (data, model shapes, what to compute) (:func:`eval_key`), alone
-    otherwise (said once per run to ``log`` when its training is never batched). A batch that
-    raises is answered again request by request (the error goes to its own run)."""
-    out: dict[int, CohortResult | BaseException] = {}
-    groups: dict[tuple, list[int]] = {}
-    evals: dict[tuple, list[int]] = {}
+def _answer_all(cells: list[_Cell], log: Callable[[str], None] | None = None) -> dict[int, object]:
+    """Every waiting cell's request answered: training batched per (data, local solver) -- a
+    cell's :class:`~fedsim.engine.request.TrainRequests` with it, part by part, answered with
+    the tuple of its parts' results --, evaluations batched per (data, model shapes, what to
+    compute) (:func:`eval_key`), alone otherwise (said once per run to ``log`` when its training
+    is never batched). A batch that raises is answered again request by request (the error goes
+    to its own run)."""
+    out: dict[int, object] = {}
+    groups: dict[tuple, list[tuple[int, int | None]]] = {}
+    evals: dict[tuple, list[tuple[int, None]]] = {}
     for i, c in enumerate(cells):
         req = c.request
         if _is_eval(req):
@@ -214,24 +216,33 @@ def _answer_all(cells: list[_Cell], log: Callable[[str], None] | None = None) ->
             except Exception:  # noqa: BLE001 - answered alone, where its error (if any) is its run's
                 key = None
             if key is not None:
-                evals.setdefault(key, []).append(i)
+                evals.setdefault(key, []).append((i, None))
             else:
                 out[i] = _alone(req)
             continue
-        why = unbatched_reason(req)
+        parts = req.requests if isinstance(req, TrainRequests) else (req,)
+        why = next((w for w in map(unbatched_reason, parts) if w is not None), None)
         if why is not None and not c.said and log is not None:
             log(f"{c.run.label}: trained alone in its stack: {why}")
             c.said = True
-        if _batchable(req):
-            groups.setdefault((id(req.work.x_train), solver_key(req.alg)), []).append(i)
+        if parts and all(map(_batchable, parts)):
+            for j, part in enumerate(parts):  # a run's parts share its data and solver: one group
+                groups.setdefault((id(part.work.x_train), solver_key(part.alg)), []).append(
+                    (i, j if part is not req else None))
         else:
             out[i] = _alone(req)
-    for key, idx in evals.items():
+    for key, items in evals.items():
         together = client_metrics_together if key[0] == "client" else evaluate_together
-        _batched(cells, idx, together, out)
-    for idx in groups.values():
-        _batched(cells, idx, _answer, out)
+        _batched(cells, items, together, out)
+    for items in groups.values():
+        _batched(cells, items, _answer, out)
     return out
+
+
+def _device(req) -> torch.device:
+    """The device a request's model lives on."""
+    req = req.requests[0] if isinstance(req, TrainRequests) else req
+    return next(iter(req.params.values())).device
 
 
 def _alone(req):
@@ -242,14 +253,28 @@ def _alone(req):
         return err
 
 
-def _batched(cells: list[_Cell], idx: list[int], answer: Callable, out: dict) -> None:
-    """The requests of cells ``idx`` answered together by ``answer``; when it raises, each alone
-    (the error lands on its own run)."""
+def _batched(cells: list[_Cell], items: list[tuple[int, int | None]], answer: Callable, out: dict) -> None:
+    """The requests ``items`` -- (cell, None) for a cell's request, (cell, j) for part j of its
+    :class:`~fedsim.engine.request.TrainRequests` -- answered together by ``answer``; a cell's
+    parts become the tuple of their results once all are in. When ``answer`` raises, each cell
+    of the batch is answered alone (the error lands on its own run)."""
+    def ask(i, j):
+        req = cells[i].request
+        return req if j is None else req.requests[j]
+
     try:
-        for i, res in zip(idx, answer([cells[i].request for i in idx]), strict=True):
-            out[i] = res
+        results = answer([ask(i, j) for i, j in items])
+        parts: dict[int, dict[int, object]] = {}
+        for (i, j), res in zip(items, results, strict=True):
+            if j is None:
+                out[i] = res
+            else:
+                parts.setdefault(i, {})[j] = res
+        for i, got in parts.items():
+            if len(got) == len(cells[i].request.requests):
+                out[i] = tuple(got[j] for j in range(len(got)))
     except Exception:  # noqa: BLE001 - find whose it is: each request alone
-        for i in idx:
+        for i in dict.fromkeys(i for i, _ in items):
             out[i] = _alone(cells[i].request)
 
 
@@ -338,7 +363,7 @@ def _run_stack(runs: Sequence[CompareRun], table_format: str, finished: Callable
         cells += [c for c in (start(r) for r in wave.runs if r is not todo[0]) if c is not None]
         t = time.perf_counter()
         while cells:
-            with hold_cores(next(iter(cells[0].request.params.values())).device):
+            with hold_cores(_device(cells[0].request)):
                 answers = _answer_all(cells, log)
                 cells = [c for i, c in enumerate(cells) if _advance(c, answers[i])]
             if status is not None:

@@ -47,7 +47,7 @@ from ..records import ClientRecord, RoundRecord
 from . import distributed
 from .distributed import train_cohort_sharded
 from .run import SyncEngine, reported_of, tau_stats, to_device
-from .request import TrainRequest
+from .request import TrainRequest, TrainRequests
 from .train import Task, train_cohort
 
 Tensors = dict[str, torch.Tensor]
@@ -96,8 +96,9 @@ class AsyncEngine(SyncEngine):
 
     def steps(self, plan: RoundPlan):
         """One server update as a generator: yields a :class:`~fedsim.engine.request.TrainRequest`
-        per cohort it trains (the jobs started from this plan's version, then each version's
-        jobs not trained yet), receives each result, returns the round record (not evaluated) and
+        per cohort it trains (the jobs started from this plan's version; then each version's
+        jobs not trained yet, all at once as one :class:`~fedsim.engine.request.TrainRequests`
+        when there are several), receives the results, returns the round record (not evaluated) and
         client records (:meth:`step` drives it alone)."""
         alg, work = self.alg, self.work
         spec = alg.spec
@@ -125,15 +126,20 @@ class AsyncEngine(SyncEngine):
         for j in plan.jobs:
             if j.status != "completed":
                 self.trained.pop(j.key, None)
+        asks = []
         for v, idx in groups.items():
             if v not in self.versions:
                 raise RuntimeError(f"model version {v} was freed but job(s) still need it")
-            x_v = self.versions[v]
             tasks = [Task(done[i].client, done[i].steps, done[i].key) for i in idx]
             # torchrun: every rank holds the same plan, so the groups (and collectives) match
             train = train_cohort_sharded if distributed.world()[1] > 1 else train_cohort
-            res = yield TrainRequest(work, alg, self._start(v), tasks, round_lr=spec.round_lr(v, self.rounds),
-                                     seed=self.seed, chunk=self.chunk, correction=_no_correction, train=train)
+            asks.append(TrainRequest(work, alg, self._start(v), tasks, round_lr=spec.round_lr(v, self.rounds),
+                                     seed=self.seed, chunk=self.chunk, correction=_no_correction, train=train))
+        # the versions' cohorts need none of each other's results: asked at once (answered in turn alone)
+        answers = () if not asks else (yield asks[0] if len(asks) == 1 else TrainRequests(tuple(asks)))
+        answers = (answers,) if len(asks) == 1 else answers
+        for (v, idx), res in zip(groups.items(), answers, strict=True):
+            x_v = self.versions[v]
             for row, i in enumerate(idx):
                 a_norm[i], loss[i], loss_sq[i] = res.a_norm[row], res.loss[row], res.loss_sq[row]
                 for k in self.params:

@@ -5,7 +5,7 @@ A round of a run is a generator (:meth:`fedsim.engine.run.SyncEngine.steps`,
 :func:`fedsim.runner.loop.rounds`, :func:`fedsim.runner.execute.run_cell`): it does everything of
 the round itself (clock, server update, evaluation, records, checkpoints) except the clients'
 local training, which it *asks for* by yielding a :class:`TrainRequest` and receiving the
-:class:`~fedsim.engine.train.CohortResult`. :func:`drive` answers each request with the request's
+:class:`~fedsim.engine.train.CohortResult` (or several at once, :class:`TrainRequests`). :func:`drive` answers each request with the request's
 own trainer (``train_cohort``, or the torchrun split): one run alone. A comparison's stack
 (:mod:`fedsim.compare.stack`) answers the requests of several runs with one batched
 :func:`~fedsim.engine.train.train_rows` call instead. The loop exists once.
@@ -29,7 +29,7 @@ from .workload_value import Workload
 
 Tensors = dict[str, torch.Tensor]
 
-__all__ = ["TrainRequest", "EvalRequest", "ClientEvalRequest", "drive", "evaluating"]
+__all__ = ["TrainRequest", "TrainRequests", "EvalRequest", "ClientEvalRequest", "drive", "evaluating"]
 
 
 @dataclass
@@ -59,6 +59,20 @@ class TrainRequest:
             round_lr=self.round_lr, seed=self.seed, chunk=self.chunk, correction=self.correction,
             direction=self.direction, vhat0=self.vhat0, **({"buffers": self.buffers} if self.buffers else {}),
         )
+
+
+@dataclass
+class TrainRequests:
+    """Several :class:`TrainRequest` of one run that need none of each other's answers (an
+    asynchronous server update's cohorts, one per model version reporting in it), asked at once;
+    answered with their results in order. Alone each is answered in turn, exactly as when they
+    were asked one by one; a stack trains them with the other runs' requests in one step."""
+
+    requests: tuple[TrainRequest, ...]
+
+    def run(self) -> tuple[CohortResult, ...]:
+        """Each request answered alone, in order."""
+        return tuple(r.run() for r in self.requests)
 
 
 @dataclass
