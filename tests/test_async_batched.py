@@ -95,3 +95,42 @@ def test_checkpoint_holds_the_trained_updates():
 
 def test_default_threshold_leaves_small_concurrency_alone():
     assert PREFETCH_MIN == 32  # the study scenarios run C <= 20: their cohorts are unchanged
+
+
+def test_an_updates_versions_are_asked_for_at_once():
+    """Prefetch off: an update whose arrivals started from several versions yields one
+    ``TrainRequests``, a part per version -- its model, its local lr and exactly that version's
+    completed jobs -- and nothing else; answered alone part by part, the run is the one above."""
+    from fedsim.engine.request import TrainRequest, TrainRequests
+
+    built = build_run(scenario())
+    eng = built.engine
+    eng.prefetch_min = 10**9
+    spec = eng.alg.spec
+    several = 0
+    for plan in islice(built.clock.plans(), UPDATES):
+        done = [j for j in plan.jobs if j.status == "completed" and j.steps > 0]
+        by_version: dict[int, set] = {}
+        for j in done:
+            by_version.setdefault(j.version, set()).add((j.client, j.key, j.steps))
+        live = dict(eng.versions)
+        gen = eng.steps(plan)
+        req, asked = next(gen), []
+        try:
+            while True:
+                asked.append(req)
+                req = gen.send(req.run())
+        except StopIteration:
+            pass
+        assert len(asked) == 1
+        parts = asked[0].requests if isinstance(asked[0], TrainRequests) else (asked[0],)
+        assert all(isinstance(p, TrainRequest) for p in parts)
+        assert isinstance(asked[0], TrainRequests) == (len(by_version) > 1)
+        several += len(by_version) > 1
+        got = {}
+        for p in parts:
+            v = next(v for v, x in live.items() if x is p.params)
+            assert p.round_lr == spec.round_lr(v, eng.rounds)
+            got[v] = {(t.client, t.key, t.steps) for t in p.tasks}
+        assert got == by_version
+    assert several >= UPDATES // 2

@@ -351,6 +351,60 @@ def test_every_synchronous_lever_stacks_byte_identical(tmp_path):
     assert_same(tmp_path / "s", tmp_path / "a", len(LEVERS))
 
 
+def test_an_async_updates_versions_train_in_one_step_of_the_stack(tmp_path, monkeypatch):
+    """FedBuff's updates ask for their versions' cohorts at once (``TrainRequests``): in a stack
+    every part goes into the step's one batched call, the run gets its results back as a tuple,
+    and the folders are each run's alone."""
+    from fedsim.compare import stack
+    from fedsim.engine.request import TrainRequests
+
+    seen, inner = [], stack._answer_all
+
+    def counted(cells, log=None):
+        seen.extend(len(c.request.requests) for c in cells if isinstance(c.request, TrainRequests))
+        return inner(cells, log)
+
+    monkeypatch.setattr(stack, "_answer_all", counted)
+    raw = {**BASE, "rounds": 8, "variants": {k: LEVERS[k] for k in ("fedbuff", "fedbuff_time")}}
+    calls = counting(monkeypatch, "_answer")
+    res = run_compare(raw, out=tmp_path / "s", seeds=[0, 1])
+    assert len(res.ran) == 4 and not res.failed
+    assert seen and min(seen) >= 2
+    assert len(calls) < len(seen) + sum(seen)  # parts of one step share its call
+    monkeypatch.undo()
+    run_compare(raw, out=tmp_path / "a", seeds=[0, 1], stack=False)
+    assert_same(tmp_path / "s", tmp_path / "a", 4)
+
+
+def test_a_failing_batch_answers_a_runs_several_requests_alone():
+    """When the batched call raises, a run that asked several requests at once gets their tuple
+    from its own trainer, the other runs their own answers."""
+    from types import SimpleNamespace as NS
+
+    from fedsim.compare.stack import _batched
+    from fedsim.engine.request import TrainRequests
+
+    class Ask:
+        def __init__(self, name):
+            self.name = name
+
+        def run(self):
+            return f"alone {self.name}"
+
+    cells = [NS(request=TrainRequests((Ask("a0"), Ask("a1")))), NS(request=Ask("b"))]
+    out = {}
+
+    def boom(reqs):
+        assert [r.name for r in reqs] == ["a0", "a1", "b"]
+        raise RuntimeError("batch")
+
+    _batched(cells, [(0, 0), (0, 1), (1, None)], boom, out)
+    assert out == {0: ("alone a0", "alone a1"), 1: "alone b"}
+    out = {}
+    _batched(cells, [(0, 0), (0, 1), (1, None)], lambda reqs: [f"batched {r.name}" for r in reqs], out)
+    assert out == {0: ("batched a0", "batched a1"), 1: "batched b"}
+
+
 def test_progress_note_of_a_stack():
     """Runs going, the least and most simulated time reached, ETA = elapsed / rounds written x rounds left."""
     from types import SimpleNamespace as NS
