@@ -141,6 +141,25 @@ def test_sampled_workload_holds_only_the_sample_and_fetches_the_rest():
     assert not part.class_counts[others].any()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fetching_client_by_client_gives_the_rows_of_fetching_them_together(dtype):
+    """``fetch_one`` (each generated client copied straight into the cohort's tensor) against
+    ``fetch`` (the listed clients concatenated, then joined to the held ones): every client's rows
+    the same values, and nothing else in the cohort."""
+    from dataclasses import replace
+
+    part = build_workload(_sc(eval_clients=3), torch.device("cpu"), dtype)
+    assert part.fetch_one is not None
+    sample = eval_sample(10, 3, 3).tolist()
+    cohort = [9, sample[1], 0, sample[0], 4]
+    new, old = part.for_clients(cohort), replace(part, fetch_one=None).for_clients(cohort)
+    assert new.x_train.dtype == old.x_train.dtype == dtype
+    assert new.x_train.shape == old.x_train.shape == (sum(int(part.client_sizes[c]) for c in cohort), 60)
+    for c in cohort:
+        assert torch.equal(new.x_train[new.client_indices[c]], old.x_train[old.client_indices[c]])
+        assert torch.equal(new.y_train[new.client_indices[c]], old.y_train[old.client_indices[c]])
+
+
 def test_sampled_objective_is_the_samples_weighted_mean(monkeypatch):
     monkeypatch.setattr(evaluate, "EVAL_BATCH", 13)
     full = build_workload(_sc(), torch.device("cpu"), torch.float64)

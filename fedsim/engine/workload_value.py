@@ -54,6 +54,9 @@ class Workload:
     sizes: np.ndarray | None = None
     # generated data: the listed clients' training rows (float32 x, int64 y), client after client
     fetch: Callable[[Sequence[int]], tuple[np.ndarray, np.ndarray]] | None = None
+    # generated data, one client: its training rows (x, y), read only; for_clients copies each
+    # straight into the result (no concatenation of the listed clients first)
+    fetch_one: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None
     # clients of the evaluation sample (sorted), None: all clients
     eval_clients: np.ndarray | None = None
     # the user's loss ``(outputs, targets) -> scalar mean``; None: cross-entropy over the last dim
@@ -130,6 +133,8 @@ class Workload:
         if self.fetch is None:
             return self
         held = dict(self.held_clients())
+        if self.fetch_one is not None:
+            return self._copied_in(clients, held)
         have = [c for c in clients if c in held]
         missing = [c for c in clients if c not in held]
         xs, ys, idx, start = [], [], {}, 0
@@ -151,6 +156,29 @@ class Workload:
         x = torch.cat(xs) if xs else self.x_train[:0]
         y = torch.cat(ys) if ys else self.y_train[:0]
         return replace(self, x_train=x, y_train=y, client_indices=idx, sizes=self.client_sizes)
+
+
+    def _copied_in(self, clients: Sequence[int], held: dict) -> "Workload":
+        """:meth:`for_clients` by ``fetch_one``: the listed clients' rows (held ones from
+        ``x_train``) concatenated client after client straight into the one result tensor."""
+        xs, ys, idx, start = [], [], {}, 0
+        for c in clients:
+            if c in held:
+                rows = torch.as_tensor(held[c], device=self.x_train.device)
+                xc, yc = self.x_train[rows].cpu().numpy(), self.y_train[rows].cpu().numpy()
+            else:
+                xc, yc = self.fetch_one(c)
+            xs.append(xc)
+            ys.append(yc)
+            idx[c] = np.arange(start, start + len(yc), dtype=np.int64)
+            start += len(yc)
+        x = torch.empty((start, *self.x_train.shape[1:]), dtype=self.x_train.dtype)
+        y = torch.empty(start, dtype=self.y_train.dtype)
+        if xs:
+            np.concatenate(xs, out=x.numpy(), casting="same_kind")
+            np.concatenate(ys, out=y.numpy(), casting="same_kind")
+        dev = self.x_train.device
+        return replace(self, x_train=x.to(dev), y_train=y.to(dev), client_indices=idx, sizes=self.client_sizes)
 
 
 def eval_info(work: Workload) -> dict[str, int]:
