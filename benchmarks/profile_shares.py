@@ -9,7 +9,8 @@
 Each sample is put in the first of these parts that its stack passes through (py-spy's samples
 with no Python frame, a line of a bare count, are left out):
 
-- ``data``: generating Synthetic clients on demand (``SyntheticPopulation.gather``);
+- ``data``: generating Synthetic clients on demand and copying a request's clients into one
+  tensor (``SyntheticPopulation.gather``, ``Workload._copied_in``);
 - ``compression``: compressing the uploads (``compress_cohort``);
 - ``training``: the batched local steps (``train_rows``);
 - ``evaluation``: the batched evaluations (``evaluate_together``, ``client_metrics_together``);
@@ -41,7 +42,7 @@ THREADS = {"straggler": 1, "wire": 1, "devices": 2, "hparams": 2}
 ARITHMETIC = ("compression", "training", "evaluation")
 
 PARTS = {
-    "data": ("SyntheticPopulation.gather ",),
+    "data": ("SyntheticPopulation.gather ", "Workload._copied_in "),
     "compression": ("compress_cohort ",),
     "training": ("train_rows ",),
     "evaluation": ("evaluate_together ", "client_metrics_together "),
