@@ -102,7 +102,8 @@ def cross_entropy_backward(logits: torch.Tensor, yb: torch.Tensor) -> tuple[torc
     each = F.nll_loss(log_p, y, reduction="none").view(c, -1)
     per_sample = each.view(c, b, -1).mean(2)
     mean_grad = torch.ones(c * b, dtype=logits.dtype, device=logits.device) / b
-    d_log_p = torch.ops.aten.nll_loss_backward(mean_grad, log_p, y, None, 0, -100, torch.zeros((), dtype=logits.dtype))
+    unused = torch.zeros((), dtype=logits.dtype, device=logits.device)  # total_weight: reduction none
+    d_log_p = torch.ops.aten.nll_loss_backward(mean_grad, log_p, y, None, 0, -100, unused)
     d_flat = torch.ops.aten._log_softmax_backward_data(d_log_p, log_p, 1, logits.dtype)
     return each.mean(1), (per_sample * per_sample).sum(1), d_flat.view(c, b, k)
 

@@ -5,8 +5,9 @@ A round of a run is a generator (:meth:`fedsim.engine.run.SyncEngine.steps`,
 :func:`fedsim.runner.loop.rounds`, :func:`fedsim.runner.execute.run_cell`): it does everything of
 the round itself (clock, server update, evaluation, records, checkpoints) except the clients'
 local training, which it *asks for* by yielding a :class:`TrainRequest` and receiving the
-:class:`~fedsim.engine.train.CohortResult` (or several at once, :class:`TrainRequests`). :func:`drive` answers each request with the request's
-own trainer (``train_cohort``, or the torchrun split): one run alone. A comparison's stack
+:class:`~fedsim.engine.train.CohortResult` (or several at once, :class:`TrainRequests`).
+:func:`drive` answers each request with the request's own trainer (``train_cohort``, or the
+torchrun split): one run alone. A comparison's stack
 (:mod:`fedsim.compare.stack`) answers the requests of several runs with one batched
 :func:`~fedsim.engine.train.train_rows` call instead. The loop exists once.
 

@@ -88,8 +88,8 @@ def stacked_forward_backward(module: nn.Module | None):
     Returns ``f(stacked params, x (C, B, ...)) -> (logits (C, B, K), back)`` where ``back(dlogits)``
     is the gradient of every parameter, as ``autograd.grad`` through :class:`_StackedLinear` and
     ``torch.relu`` returns it: the same kernels (``bmm``, ``sum``, ``threshold_backward``) on the
-    same operands, so the same bits (tests/test_batched_equivalence.py). No graph is built: for
-    logistic regression a step's fixed cost is about half autograd's (benchmarks/bench_engine.py).
+    same operands, so the same bits (tests/test_batched_equivalence.py). No graph is built, which
+    saves most on small cohorts of small models (benchmarks/bench_backward.py).
     """
     plan = _plan(module)
     if plan is None or not any(kind == "linear" for kind, _ in plan):
@@ -107,7 +107,8 @@ def stacked_forward_backward(module: nn.Module | None):
             else:
                 w, b = params[name + ".weight"], params.get(name + ".bias")
                 tape.append(("linear", name, h))
-                h = torch.bmm(h, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+                wt = w.transpose(1, 2)
+                h = torch.bmm(h, wt) if b is None else torch.baddbmm(b.unsqueeze(1), h, wt)
 
         def back(dy: torch.Tensor) -> Tensors:
             grads: Tensors = {}
