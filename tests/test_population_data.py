@@ -149,10 +149,12 @@ def test_fetching_client_by_client_gives_the_rows_of_fetching_them_together(dtyp
     from dataclasses import replace
 
     part = build_workload(_sc(eval_clients=3), torch.device("cpu"), dtype)
-    assert part.fetch_one is not None
+    assert part.fetch_one is not None and part.fetch is None
+    pop = SyntheticPopulation(0.5, 0.5, 10, seed=3)
     sample = eval_sample(10, 3, 3).tolist()
     cohort = [9, sample[1], 0, sample[0], 4]
-    new, old = part.for_clients(cohort), replace(part, fetch_one=None).for_clients(cohort)
+    together = replace(part, fetch_one=None, fetch=lambda clients: pop.gather(clients, test=False))
+    new, old = part.for_clients(cohort), together.for_clients(cohort)
     assert new.x_train.dtype == old.x_train.dtype == dtype
     assert new.x_train.shape == old.x_train.shape == (sum(int(part.client_sizes[c]) for c in cohort), 60)
     for c in cohort:

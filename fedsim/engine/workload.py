@@ -228,7 +228,6 @@ def _labelled_workload(sc, device, dtype, source, model, loss_fn) -> Workload:
         augment=bool(augment),
         pad_fill=pad_fill,
         sizes=all_sizes if subset else None,
-        fetch=(lambda clients: source.gather(clients, test=False)) if subset else None,
         fetch_one=(lambda client: source.parts(client)[:2]) if subset else None,
         eval_clients=sample,
         loss_fn=loss_fn,

@@ -54,8 +54,8 @@ class Workload:
     sizes: np.ndarray | None = None
     # generated data: the listed clients' training rows (float32 x, int64 y), client after client
     fetch: Callable[[Sequence[int]], tuple[np.ndarray, np.ndarray]] | None = None
-    # generated data, one client: its training rows (x, y), read only; for_clients copies each
-    # straight into the result (no concatenation of the listed clients first)
+    # generated data (instead of ``fetch``), one client: its training rows (x, y), read only;
+    # for_clients copies each straight into the result (no concatenation of the listed clients first)
     fetch_one: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None
     # clients of the evaluation sample (sorted), None: all clients
     eval_clients: np.ndarray | None = None
@@ -97,6 +97,12 @@ class Workload:
         """Shape of one example, e.g. ``(60,)`` or ``(3, 32, 32)``."""
         return tuple(int(d) for d in self.x_train.shape[1:])
 
+    @property
+    def on_demand(self) -> bool:
+        """Whether clients' training rows are fetched when asked for (``fetch`` or ``fetch_one``),
+        ``x_train`` holding only the evaluation sample's."""
+        return self.fetch is not None or self.fetch_one is not None
+
     def held_clients(self) -> list[tuple[int, np.ndarray]]:
         """``(client, its rows of x_train)`` for every client whose training data this workload
         holds (all clients, or the held subset when clients are generated on demand)."""
@@ -106,7 +112,7 @@ class Workload:
     @cached_property
     def eval_rows(self) -> torch.Tensor | None:
         """Rows of ``x_train`` in the training objective (None: all rows, in order)."""
-        if self.eval_clients is None or self.fetch is not None:  # generated: x_train holds the sample only
+        if self.eval_clients is None or self.on_demand:  # generated: x_train holds the sample only
             return None
         rows = np.sort(np.concatenate([self.client_indices[int(c)] for c in self.eval_clients]))
         return torch.as_tensor(rows, device=self.x_train.device)
@@ -130,7 +136,7 @@ class Workload:
         """A workload holding the training data of ``clients`` (``self`` when nothing is generated
         on demand). Generated clients not held are generated from their own streams, so the result
         does not depend on which clients are held; the rows are the same values either way."""
-        if self.fetch is None:
+        if not self.on_demand:
             return self
         held = dict(self.held_clients())
         if self.fetch_one is not None:
