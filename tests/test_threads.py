@@ -99,6 +99,28 @@ def test_rule_and_pinning(monkeypatch):
         torch.set_num_threads(n0)
 
 
+def test_a_run_gives_numpys_blas_one_thread_and_leaves_torchs_alone():
+    from threadpoolctl import ThreadpoolController
+
+    ctl = ThreadpoolController()
+    blas = [c for c in ctl.select(user_api="blas").lib_controllers if "numpy" in c.filepath]
+    if not blas:
+        pytest.skip("numpy has no BLAS that threadpoolctl sees")
+    before = [c.num_threads for c in blas]
+    n0 = torch.get_num_threads()
+    try:
+        for c in blas:
+            c.set_num_threads(2)
+        assert T.set_threads(2, work_for({"name": "digits", "clients": 2}, "mlp"), 9) == 2
+        assert [c.num_threads for c in blas] == [1] * len(blas)
+        assert torch.get_num_threads() == 2  # torch's pool keeps the run's count
+        assert T.threads_info()["numpy_blas_threads"] == 1
+    finally:
+        torch.set_num_threads(n0)
+        for c, n in zip(blas, before):
+            c.set_num_threads(n)
+
+
 # --------------------------------------------------------------------------- core slots
 HOLDER = """
 import fcntl, sys

@@ -50,6 +50,7 @@ __all__ = [
     "fixed_budget",
     "default_threads",
     "set_threads",
+    "numpy_blas_threads",
     "hold_cores",
     "threads_info",
     "SLOTS",
@@ -192,7 +193,32 @@ def set_threads(pinned: int | None, work: Workload, chunk: int) -> int:
     _state["rule"] = "pinned" if pinned else _rule(work, chunk)
     _state["waited"], _state["rounds"] = 0.0, 0  # info.yaml's record is this run's, not the process's
     torch.set_num_threads(n)
+    numpy_blas_threads(1)
     return n
+
+
+def numpy_blas_threads(n: int) -> int:
+    """Give the BLAS libraries loaded beside torch (numpy's OpenBLAS, scipy's) ``n`` threads;
+    torch's own threads are left to :func:`set_threads`. Returns how many libraries were set.
+
+    A run calls it with 1: fedsim's numpy arithmetic is small (a generated client's ``x @ W``,
+    selection), and OpenBLAS's idle threads spin. Measured on the 2-core machine, the seed-0 stack
+    of the straggler grid (36 runs): 66.8 s wall and 89.6 s of CPU with numpy's default 2 threads,
+    60.3 s and 57.3 s with 1, the same bytes; the spinning thread takes the core a second process
+    (``compare --jobs 2``) would use. Uses ``threadpoolctl`` (the library scikit-learn uses)."""
+    libs = _other_blas()
+    for lib in libs:
+        lib.set_num_threads(n)
+    return len(libs)
+
+
+def _other_blas() -> list:
+    """threadpoolctl's controllers of the loaded BLAS libraries that are not torch's."""
+    from threadpoolctl import ThreadpoolController
+
+    torch_dir = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
+    return [c for c in ThreadpoolController().select(user_api="blas").lib_controllers
+            if not os.path.realpath(c.filepath).startswith(torch_dir)]
 
 
 def _bypass(reason: str) -> None:
@@ -617,8 +643,8 @@ def hold_cores(device: torch.device, notice=None):
 
 def threads_info() -> dict:
     """What the policy chose, for info.yaml: threads, rule (pinned | one | budget), usable cores,
-    budget, OpenMP wait policy, the seconds ``hold_cores`` waited for other runs (over how many
-    rounds), and ``core_slots``: ``turns`` (the shared slots were used), ``unused`` (GPU, torchrun,
+    budget, OpenMP wait policy, the threads of numpy's BLAS (:func:`numpy_blas_threads`), the
+    seconds ``hold_cores`` waited for other runs (over how many rounds), and ``core_slots``: ``turns`` (the shared slots were used), ``unused`` (GPU, torchrun,
     ``FEDSIM_HOLD_CORES=0``) or ``bypassed: <why>``."""
     return {
         "threads": torch.get_num_threads(),
@@ -627,6 +653,7 @@ def threads_info() -> dict:
         "budget": thread_budget(),
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
+        "numpy_blas_threads": max((c.num_threads for c in _other_blas()), default=None),
         "waited_for_cores_s": round(_state["waited"], 3),
         "held_rounds": _state["rounds"],
         "core_slots": f"bypassed: {_state['bypass']}" if _state["bypass"] else "turns" if _state["rounds"] else "unused",
