@@ -60,7 +60,8 @@ __all__ = [
 SLOTS = Path(tempfile.gettempdir()) / f"fedsim-cores-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
 
 _state: dict = {"rule": None, "cpus": None, "files": {}, "held": False, "waited": 0.0, "rounds": 0, "dir": None,
-                "bypass": None, "queue": None, "noticed": -math.inf, "budget": None}
+                "bypass": None, "queue": None, "noticed": -math.inf, "budget": None,
+                "blas": None}
 
 
 def cgroup_cpus(root: Path = Path("/sys/fs/cgroup"), proc_cgroup: Path = Path("/proc/self/cgroup")) -> float | None:
@@ -198,14 +199,16 @@ def set_threads(pinned: int | None, work: Workload, chunk: int) -> int:
 
 
 def numpy_blas_threads(n: int) -> int:
-    """Give the BLAS libraries loaded beside torch (numpy's OpenBLAS, scipy's) ``n`` threads;
-    torch's own threads are left to :func:`set_threads`. Returns how many libraries were set.
+    """Give the BLAS libraries loaded beside torch (numpy's OpenBLAS, scipy's; those loaded when
+    this process first calls it) ``n`` threads; torch's own threads are left to
+    :func:`set_threads`. Returns how many libraries were set.
 
     A run calls it with 1: fedsim's numpy arithmetic is small (a generated client's ``x @ W``,
-    selection), and OpenBLAS's idle threads spin. Measured on the 2-core machine, the seed-0 stack
-    of the straggler grid (36 runs): 66.8 s wall and 89.6 s of CPU with numpy's default 2 threads,
-    60.3 s and 57.3 s with 1, the same bytes; the spinning thread takes the core a second process
-    (``compare --jobs 2``) would use. Uses ``threadpoolctl`` (the library scikit-learn uses)."""
+    selection), and OpenBLAS's idle threads spin on the core a second process (``compare --jobs
+    2``) would use. Measured on the 2-core machine (docs/performance.md): the seed-0 stack of the
+    straggler grid, 66.8 s wall and 89.6 s of CPU with numpy's default 2 threads, 60.3 s and
+    57.3 s with one, the same bytes; that grid with ``--no-stack --jobs 2``, 403.9 s -> 226.5 s.
+    Uses ``threadpoolctl`` (the library scikit-learn uses)."""
     libs = _other_blas()
     for lib in libs:
         lib.set_num_threads(n)
@@ -213,12 +216,15 @@ def numpy_blas_threads(n: int) -> int:
 
 
 def _other_blas() -> list:
-    """threadpoolctl's controllers of the loaded BLAS libraries that are not torch's."""
-    from threadpoolctl import ThreadpoolController
+    """threadpoolctl's controllers of the BLAS libraries that are not torch's, as loaded when first
+    asked in this process (finding them reads every loaded library: about 3 ms, once)."""
+    if _state["blas"] is None:
+        from threadpoolctl import ThreadpoolController
 
-    torch_dir = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
-    return [c for c in ThreadpoolController().select(user_api="blas").lib_controllers
-            if not os.path.realpath(c.filepath).startswith(torch_dir)]
+        torch_dir = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
+        _state["blas"] = [c for c in ThreadpoolController().select(user_api="blas").lib_controllers
+                          if not os.path.realpath(c.filepath).startswith(torch_dir)]
+    return _state["blas"]
 
 
 def _bypass(reason: str) -> None:
