@@ -54,7 +54,8 @@ GRID = dict(algorithms=["fedavg", "fednova"], seeds=[0, 1])
 
 # A dataset registered from Python in the driver, defined in a module that exists only here: it
 # travels to the workers by value (cloudpickle). It notes each attempt (node, process) in a folder
-# and sleeps, so a test can kill a run's process or node while the run is under way.
+# and sleeps, so a test can kill a run's process or node while the run is under way (on the node
+# ``hold_node`` it sleeps ``hold`` seconds more: the run is certainly under way when the node goes).
 PIECES = '''
 import os, time
 
@@ -70,6 +71,8 @@ def slow_quadratic(config, seed):
     with open(os.path.join(opts["notes"], f"{node}-{os.getpid()}-{time.monotonic_ns()}"), "w") as f:
         f.write(repr(os.environ.get("CUDA_VISIBLE_DEVICES")))
     time.sleep(opts.get("sleep", 0))
+    if node == opts.get("hold_node"):  # on the node a test removes: wait to be lost, however slow the removal
+        time.sleep(opts.get("hold", 0))
     if opts.get("fail"):
         raise ScenarioError("data.options.fail: this cell is refused on purpose")
     return quadratic(config, seed)
@@ -399,8 +402,9 @@ def _kill_when_running(notes: Path, kill, count: int = 1, timeout: float = 60.0)
     return th
 
 
-def _slow_reference(slow_quad, notes, out, seeds):
-    scenario = {**QUAD, "data": {**QUAD["data"], "name": slow_quad, "options": {"notes": str(notes), "sleep": 1.0}}}
+def _slow_reference(slow_quad, notes, out, seeds, **options):
+    options = {"notes": str(notes), "sleep": 1.0, **options}
+    scenario = {**QUAD, "data": {**QUAD["data"], "name": slow_quad, "options": options}}
     res = run_compare(scenario, out=out, seeds=seeds)  # in this process
     assert len(res.ran) == len(seeds)
     for p in notes.iterdir():
@@ -434,8 +438,10 @@ def test_a_killed_worker_process_is_retried_and_changes_nothing(driver, slow_qua
 def test_a_node_killed_mid_run_is_retried_elsewhere_and_changes_nothing(driver, slow_quad, tmp_path):
     notes = tmp_path / "notes"
     notes.mkdir()
-    scenario = _slow_reference(slow_quad, notes, tmp_path / "ref", [0, 1, 2])
     victim = driver.add_node(num_cpus=1, node_ip_address="127.0.0.1")  # a third node, to lose
+    # the run there waits to be lost: under a loaded machine's slow node removal it once finished
+    # first, and nothing was retried
+    scenario = _slow_reference(slow_quad, notes, tmp_path / "ref", [0, 1, 2], hold_node=victim.node_id, hold=120.0)
 
     def kill(node, pid):
         if node != victim.node_id:
