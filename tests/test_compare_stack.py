@@ -587,7 +587,7 @@ def test_stacks_are_halved_until_the_parallel_processes_share_them_evenly():
 
 
 def test_what_a_stack_shares_in_its_process_is_what_docs_say_and_holds_the_same_values(tmp_path):
-    """docs/comparisons.md "Shared in the process": generated clients kept up to 640 MiB (least
+    """docs/comparisons.md "Shared in the process": generated clients kept up to 480 MiB (least
     recently used dropped first), a loaded trace's per-client replays built once (two kept)."""
     import numpy as np
 
@@ -598,8 +598,8 @@ def test_what_a_stack_shares_in_its_process_is_what_docs_say_and_holds_the_same_
     from fedsim.compare.stacks import _HALVED
 
     text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "comparisons.md").read_text().split())
-    assert "beyond 640 MiB" in text and "the last two traces kept" in text
-    assert SyntheticPopulation.KEEP_BYTES == 640 * 2**20 and trace_time.KEEP_BUILT == 2
+    assert "beyond 480 MiB" in text and "the last two traces kept" in text
+    assert SyntheticPopulation.KEEP_BYTES == 480 * 2**20 and trace_time.KEEP_BUILT == 2
     assert f"`{_HALVED}`" in text
 
     pop = SyntheticPopulation(1.0, 1.0, clients=6, seed=3)

@@ -147,9 +147,10 @@ class SyntheticPopulation:
     #: used dropped first: a client asked for again (a later round, or another run of a stacked
     #: comparison sharing this population) is generated once. The values do not depend on it.
     #: Measured on the straggler grid's seed-0 stack (36 runs, 6,024 distinct clients; peak RSS):
-    #: 320 MiB generated 22,567 clients in 51.2 s (1,562 MiB), 640 MiB 8,485 in 44.0 s (1,768
-    #: MiB), enough for all 6,024 in 42.8 s (1,893 MiB, too close to a 2 GB bound).
-    KEEP_BYTES: ClassVar[int] = 640 * 2**20
+    #: 320 MiB generated 22,567 clients in 51.2 s (1,562 MiB), 480 MiB 13,012 in 47.2 s (1,741
+    #: MiB), 640 MiB 8,485 in 44.0 s (1,768 MiB); the whole grid stacked in one process peaked
+    #: at 1,968 MiB with 640, over the 2 GB bound, and 1,840 MiB with 480.
+    KEEP_BYTES: ClassVar[int] = 480 * 2**20
 
     @cached_property
     def _kept(self) -> "_Kept":
