@@ -650,8 +650,9 @@ def hold_cores(device: torch.device, notice=None):
 def threads_info() -> dict:
     """What the policy chose, for info.yaml: threads, rule (pinned | one | budget), usable cores,
     budget, OpenMP wait policy, the threads of numpy's BLAS (:func:`numpy_blas_threads`), the
-    seconds ``hold_cores`` waited for other runs (over how many rounds), and ``core_slots``: ``turns`` (the shared slots were used), ``unused`` (GPU, torchrun,
-    ``FEDSIM_HOLD_CORES=0``) or ``bypassed: <why>``."""
+    seconds ``hold_cores`` waited for other runs (over how many rounds), and ``core_slots``:
+    ``turns`` (the shared slots were used), ``unused`` (GPU, torchrun, ``FEDSIM_HOLD_CORES=0``) or
+    ``bypassed: <why>``."""
     return {
         "threads": torch.get_num_threads(),
         "rule": _state["rule"] or "unset",

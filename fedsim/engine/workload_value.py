@@ -163,7 +163,6 @@ class Workload:
         y = torch.cat(ys) if ys else self.y_train[:0]
         return replace(self, x_train=x, y_train=y, client_indices=idx, sizes=self.client_sizes)
 
-
     def _copied_in(self, clients: Sequence[int], held: dict) -> "Workload":
         """:meth:`for_clients` by ``fetch_one``: the listed clients' rows (held ones from
         ``x_train``) concatenated client after client straight into the one result tensor."""
