@@ -3,6 +3,8 @@
     pip install py-spy
     py-spy record -r 50 -f raw -o stack.raw -- python -m fedsim compare GRID.yaml ARGS --quiet
     python benchmarks/profile_shares.py GRID stack.raw [more.raw ...] --runs-profiled N [--save]
+    py-spy record -r 50 -f raw -o alone.raw -- python -m fedsim compare GRID.yaml ARGS --no-stack --quiet
+    python benchmarks/profile_shares.py GRID alone.raw --runs-profiled N --alone [--save]
 
 (``GRID.yaml`` and ``ARGS``: what ``bench_compare_grids.py GRID --seeds 0`` runs stacked.)
 
@@ -26,6 +28,12 @@ share them out) and by one when they already use both cores, they are the least 
 last ``--no-stack --jobs 2`` time in ``results/compare_grids.csv``) over it is the largest
 speed-up stacking could give (``best_x``). ``--save`` appends the row to
 ``results/stack_profile.{csv,md}``.
+
+With ``--alone`` the profile is of the same runs each run alone (``--no-stack``, one process),
+and the arithmetic is compared run for run: its seconds per run alone (``alone_s``) over its
+seconds per run in the grid's last stacked profile (``stacked_s``) is what stacking saved of the
+arithmetic itself (``saved_x``; 1 means that a stacked step of many runs costs the sum of their
+steps). ``--save`` appends that row to ``results/alone_profile.{csv,md}``.
 """
 
 from __future__ import annotations
@@ -44,8 +52,8 @@ ARITHMETIC = ("compression", "training", "evaluation")
 PARTS = {
     "data": ("SyntheticPopulation.gather ", "Workload._copied_in "),
     "compression": ("compress_cohort ",),
-    "training": ("train_rows ",),
-    "evaluation": ("evaluate_together ", "client_metrics_together "),
+    "training": ("train_rows ", "train_cohort "),
+    "evaluation": ("evaluate_together ", "client_metrics_together ", "EvalRequest.run ", "ClientEvalRequest.run "),
     "imports": ("_find_and_load ",),
 }
 
@@ -78,9 +86,15 @@ def floor(parts: dict[str, float], runs_profiled: int, runs: int, threads: int) 
     return sum(parts[p] for p in ARITHMETIC) * runs / runs_profiled / (2 if threads == 1 else 1)
 
 
-def recorded(grid: str) -> dict:
-    """The grid's last row of ``results/compare_grids.csv`` (its runs, its baseline's seconds)."""
-    with open(Path(__file__).parent / "results" / "compare_grids.csv", newline="") as f:
+def arithmetic_per_run(parts: dict[str, float], runs_profiled: int) -> float:
+    """Seconds of tensor arithmetic per profiled run."""
+    return sum(parts[p] for p in ARITHMETIC) / runs_profiled
+
+
+def recorded(grid: str, name: str = "compare_grids") -> dict:
+    """The grid's last row of ``results/<name>.csv`` (compare_grids: its runs, its baseline's
+    seconds; stack_profile: its stacked profile)."""
+    with open(Path(__file__).parent / "results" / f"{name}.csv", newline="") as f:
         return [r for r in csv.DictReader(f) if r["grid"] == grid][-1]
 
 
@@ -90,6 +104,7 @@ def main(argv=None) -> int:
     ap.add_argument("raw", nargs="+", help="py-spy record -f raw outputs (their seconds are added)")
     ap.add_argument("--runs-profiled", type=int, required=True, help="runs in the profiled comparisons")
     ap.add_argument("--rate", type=float, default=50.0, help="py-spy's -r (samples per second)")
+    ap.add_argument("--alone", action="store_true", help="the profiles are of --no-stack runs")
     ap.add_argument("--save", action="store_true")
     a = ap.parse_args(argv)
     got: Counter = Counter()
@@ -104,6 +119,8 @@ def main(argv=None) -> int:
     total = sum(got.values())
     for part in [*PARTS, "rest"]:
         print(f"{part:12s} {got[part]:8.1f} s  {100 * got[part] / total:5.1f}%")
+    if a.alone:
+        return _alone(a, got, total)
     row = recorded(a.grid)
     runs, threads, jobs2 = int(row["runs"]), THREADS[a.grid], float(row["jobs2_s"])
     low = floor(got, a.runs_profiled, runs, threads)
@@ -117,6 +134,24 @@ def main(argv=None) -> int:
                **{f"{p}_s": round(got[p], 1) for p in [*PARTS, "rest"]}, "total_s": round(total, 1),
                "floor_s": round(low, 1), "jobs2_s": jobs2, "best_x": round(jobs2 / low, 2)}
         append("stack_profile", [row], "Where a stack's time goes (py-spy), and the least time the grid's arithmetic takes")
+    return 0
+
+
+def _alone(a, got: Counter, total: float) -> int:
+    stacked = recorded(a.grid, "stack_profile")
+    alone = arithmetic_per_run(got, a.runs_profiled)
+    per_stacked = arithmetic_per_run({p: float(stacked[f"{p}_s"]) for p in ARITHMETIC}, int(stacked["runs_profiled"]))
+    print(f"{'total':12s} {total:8.1f} s; arithmetic per run alone {alone:.3f} s, stacked {per_stacked:.3f} s "
+          f"(profile of {stacked['date']}): stacking saved {alone / per_stacked:.2f}x of it")
+    if a.save:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from _common import append, machine
+
+        row = {**machine(THREADS[a.grid]), "grid": a.grid, "runs_profiled": a.runs_profiled,
+               **{f"{p}_s": round(got[p], 1) for p in [*PARTS, "rest"]}, "total_s": round(total, 1),
+               "alone_s": round(alone, 4), "stacked_s": round(per_stacked, 4), "stacked_profile": stacked["date"],
+               "saved_x": round(alone / per_stacked, 2)}
+        append("alone_profile", [row], "Each run alone (py-spy): its arithmetic per run against the stacked profile's")
     return 0
 
 

@@ -1,7 +1,8 @@
 """README's and docs/performance.md's stacked-comparison tables are the rows that
 benchmarks/bench_compare_grids.py recorded (benchmarks/results/compare_grids.csv, the last row of
 each grid), and docs/performance.md's profile table the rows of benchmarks/profile_shares.py
-(results/stack_profile.csv): every number in them is checked here."""
+(results/stack_profile.csv) and of each run alone (results/alone_profile.csv): every number in them
+is checked here."""
 
 from __future__ import annotations
 
@@ -71,6 +72,45 @@ def test_the_profile_table_holds_the_recorded_rows_and_their_bound():
         assert int(r["runs"]) == int(grids[grid]["runs"]), grid
 
 
+def alone_row(grid: str, r: dict) -> str:
+    return (f"| {grid} ({r['runs_profiled']} runs) | {r['data_s']} s | {r['compression_s']} s | {r['training_s']} s "
+            f"| {r['evaluation_s']} s | {r['alone_s']} s | {r['stacked_s']} s | {r['saved_x']}x |")
+
+
+def test_the_alone_table_holds_the_recorded_rows_against_the_stacked_profile():
+    rows = recorded("alone_profile")
+    stacked = recorded("stack_profile")
+    assert set(rows) == set(GRIDS)
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    for grid, r in rows.items():
+        assert alone_row(grid, r) in perf, grid
+        arith = sum(float(r[f"{p}_s"]) for p in ("compression", "training", "evaluation"))
+        assert abs(arith / int(r["runs_profiled"]) - float(r["alone_s"])) <= 0.15 / int(r["runs_profiled"]), grid
+        # compared with the grid's last stacked profile, recorded in the same sitting
+        s = stacked[grid]
+        assert r["stacked_profile"] == s["date"], grid
+        per_run = sum(float(s[f"{p}_s"]) for p in ("compression", "training", "evaluation")) / int(s["runs_profiled"])
+        assert abs(per_run - float(r["stacked_s"])) <= 0.15 / int(s["runs_profiled"]), grid
+        assert abs(float(r["alone_s"]) / float(r["stacked_s"]) / float(r["saved_x"]) - 1) <= 0.01, grid
+
+
+def test_the_bounds_and_earlier_figures_the_prose_quotes_were_recorded():
+    prof = recorded("stack_profile")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    bounds = {g: prof[g]["best_x"] for g in GRIDS}
+    assert (f"at most {bounds['straggler']}x for the straggler grid, {bounds['wire']}x for wire, "
+            f"{bounds['devices']}x for devices and {bounds['hparams']}x for the 500 cells") in readme
+    perf = " ".join((ROOT / "docs" / "performance.md").read_text().split())
+    assert f"({bounds['straggler']}x for 5x:" in perf
+    with open(ROOT / "benchmarks" / "results" / "stack_profile.csv", newline="") as f:
+        straggler = [(r["best_x"], r["jobs2_s"]) for r in csv.DictReader(f) if r["grid"] == "straggler"]
+    assert ("5.24", "180.1") in straggler and "the straggler bound read 5.24x, against a baseline of 180.1 s" in perf
+    assert ("9.42", "403.9") in straggler and "the bound was 9.42x" in perf
+    assert ("5.43", "226.5") in straggler and "take 403.9 s instead of 226.5 s" in perf
+    alone, stacked = recorded("alone_profile")["straggler"], prof["straggler"]
+    assert f"the same 36 runs spent {alone['data_s']} s generating clients against {stacked['data_s']} s stacked" in perf
+
+
 if __name__ == "__main__":  # print the tables' rows (to paste them after a new benchmark run)
     for grid, r in recorded().items():
         print(readme_row(grid, r))
@@ -78,6 +118,8 @@ if __name__ == "__main__":  # print the tables' rows (to paste them after a new 
         print(performance_row(grid, r))
     for grid, r in recorded("stack_profile").items():
         print(profile_row(grid, r))
+    for grid, r in recorded("alone_profile").items():
+        print(alone_row(grid, r))
 
 
 def test_a_profile_sample_counts_in_the_first_part_its_stack_passes_through():
@@ -94,12 +136,18 @@ def test_a_profile_sample_counts_in_the_first_part_its_stack_passes_through():
         "<module> (x.py:1);client_metrics_together (e.py:2) 1\n",
         "<module> (x.py:1);_find_and_load (<frozen>:1) 2\n",
         "<module> (x.py:1);round_loop (l.py:4) 3\n",
+        # a run alone: its cohort and its evaluations answered one request at a time
+        "<module> (x.py:1);TrainRequests.run (r.py:5);train_cohort (t.py:71) 4\n",
+        "<module> (x.py:1);EvalRequest.run (r.py:31);global_objective (e.py:54) 2\n",
+        "<module> (x.py:1);ClientEvalRequest.run (r.py:52) 2\n",
+        "<module> (x.py:1);ClientEvalRequest.running (r.py:60) 1\n",
     ]
-    assert mod.shares(lines, 4.0) == {"data": 1.0, "compression": 0.5, "training": 1.0, "evaluation": 0.5,
-                                      "imports": 0.5, "rest": 0.75}
+    assert mod.shares(lines, 4.0) == {"data": 1.0, "compression": 0.5, "training": 2.0, "evaluation": 1.5,
+                                      "imports": 0.5, "rest": 1.0}
     # 36 of 108 runs profiled, one thread a run: the three arithmetic parts x 3 / 2
     parts = {"data": 9.0, "compression": 1.0, "training": 4.0, "evaluation": 1.0, "imports": 1.0, "rest": 1.0}
     assert mod.floor(parts, 36, 108, 1) == 9.0 and mod.floor(parts, 36, 108, 2) == 18.0
+    assert mod.arithmetic_per_run(parts, 4) == 1.5  # (1 + 4 + 1) / 4
     import pytest
 
     with pytest.raises(ValueError, match="line 2 is not py-spy's raw format"):
