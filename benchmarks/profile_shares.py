@@ -127,32 +127,41 @@ def main(argv=None) -> int:
     print(f"{'total':12s} {total:8.1f} s; the grid's arithmetic on two cores: {low:.1f} s, "
           f"--no-stack --jobs 2 {jobs2:.1f} s: at most {jobs2 / low:.2f}x")
     if a.save:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from _common import append, machine
-
-        row = {**machine(threads), "grid": a.grid, "runs": runs, "runs_profiled": a.runs_profiled,
-               **{f"{p}_s": round(got[p], 1) for p in [*PARTS, "rest"]}, "total_s": round(total, 1),
-               "floor_s": round(low, 1), "jobs2_s": jobs2, "best_x": round(jobs2 / low, 2)}
-        append("stack_profile", [row], "Where a stack's time goes (py-spy), and the least time the grid's arithmetic takes")
+        _save("stack_profile", threads, {"grid": a.grid, "runs": runs, "runs_profiled": a.runs_profiled,
+                                         **_seconds(got, total), "floor_s": round(low, 1), "jobs2_s": jobs2,
+                                         "best_x": round(jobs2 / low, 2)},
+              "Where a stack's time goes (py-spy), and the least time the grid's arithmetic takes")
     return 0
 
 
 def _alone(a, got: Counter, total: float) -> int:
+    """``--alone``: the profiled runs' arithmetic per run against the grid's last stacked profile."""
     stacked = recorded(a.grid, "stack_profile")
     alone = arithmetic_per_run(got, a.runs_profiled)
     per_stacked = arithmetic_per_run({p: float(stacked[f"{p}_s"]) for p in ARITHMETIC}, int(stacked["runs_profiled"]))
+    if not per_stacked > 0:
+        sys.exit(f"profile_shares: the {a.grid} grid's stacked profile ({stacked['date']}) has no arithmetic")
     print(f"{'total':12s} {total:8.1f} s; arithmetic per run alone {alone:.3f} s, stacked {per_stacked:.3f} s "
           f"(profile of {stacked['date']}): stacking saved {alone / per_stacked:.2f}x of it")
     if a.save:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from _common import append, machine
-
-        row = {**machine(THREADS[a.grid]), "grid": a.grid, "runs_profiled": a.runs_profiled,
-               **{f"{p}_s": round(got[p], 1) for p in [*PARTS, "rest"]}, "total_s": round(total, 1),
-               "alone_s": round(alone, 4), "stacked_s": round(per_stacked, 4), "stacked_profile": stacked["date"],
-               "saved_x": round(alone / per_stacked, 2)}
-        append("alone_profile", [row], "Each run alone (py-spy): its arithmetic per run against the stacked profile's")
+        _save("alone_profile", THREADS[a.grid], {
+            "grid": a.grid, "runs_profiled": a.runs_profiled, **_seconds(got, total), "alone_s": round(alone, 4),
+            "stacked_s": round(per_stacked, 4), "stacked_profile": stacked["date"],
+            "saved_x": round(alone / per_stacked, 2)},
+            "Each run alone (py-spy): its arithmetic per run against the stacked profile's")
     return 0
+
+
+def _seconds(got: Counter, total: float) -> dict:
+    return {**{f"{p}_s": round(got[p], 1) for p in [*PARTS, "rest"]}, "total_s": round(total, 1)}
+
+
+def _save(name: str, threads: int, row: dict, title: str) -> None:
+    """Append ``row``, after the machine's description, to ``results/<name>.{csv,md}``."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _common import append, machine
+
+    append(name, [{**machine(threads), **row}], title)
 
 
 if __name__ == "__main__":
