@@ -23,6 +23,12 @@ folders are then compared run by run: clients.csv byte for byte (the clock), rou
 byte for byte or else their largest difference (docs/comparisons.md "Stacks"). Recorded to
 ``benchmarks/results/compare_grids.{csv,md}`` with the machine description. Run it alone: both
 modes share the machine's cores.
+
+``--filed REV`` runs two modes instead: the grid with the code at git revision ``REV`` (unpacked
+from ``git archive`` into the temporary folder) and ``--jobs 2``, as the grid ran when an issue
+was filed there (issue 35: the code before stacks, ``f9acf61``, where ``--jobs 2`` ran one program
+per run), against this code stacked with ``--jobs 2``; recorded to
+``results/compare_filed.{csv,md}``, the files compared the same way.
 """
 
 from __future__ import annotations
@@ -162,17 +168,27 @@ def _csv(xs) -> str:
     return ",".join(str(x) for x in xs)
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+def _env(root: Path = ROOT) -> dict:
+    return {**os.environ, "PYTHONPATH": str(root)}
 
 
-def compare(spec: Path, args: list[str], out: Path, extra: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak resident MiB of one ``fedsim compare`` (its largest process)."""
+def code_at(rev: str, dest: Path) -> Path:
+    """fedsim's tree at git revision ``rev``, unpacked into ``dest`` (``git archive``: the
+    repository itself is left as it is)."""
+    dest.mkdir(parents=True)
+    tar = subprocess.run(["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+    return dest
+
+
+def compare(spec: Path, args: list[str], out: Path, extra: list[str], root: Path = ROOT) -> tuple[float, float]:
+    """Wall seconds and peak resident MiB of one ``fedsim compare`` (its largest process), of the
+    fedsim in ``root`` (default: this checkout)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     stats = out.parent / f"{out.name}.time"
     cmd = ["/usr/bin/time", "-f", "%e %M", "-o", str(stats), sys.executable, "-m", "fedsim", "compare", str(spec),
            *args, "--out", str(out), "--quiet", *extra]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"fedsim compare {' '.join(extra)} failed: {proc.stderr.strip()[-600:]}")
     wall, rss_kib = stats.read_text().split()[-2:]
@@ -207,11 +223,19 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", help="comma-separated seeds (default: the notebook's)")
     ap.add_argument("--modes", default="stacked,stacked_jobs2,jobs2",
                     help="of stacked, stacked_jobs2, jobs2, jobs1 (default: the first three; the last is the reference)")
+    ap.add_argument("--filed", metavar="REV",
+                    help="instead: the code at git revision REV with --jobs 2 (its one program per run) against "
+                         "this code stacked with --jobs 2, recorded to results/compare_filed")
     ap.add_argument("--no-save", action="store_true")
     a = ap.parse_args(argv)
+    if a.filed:
+        modes = ["filed_jobs2", "stacked_jobs2"]
+        if a.modes != ap.get_default("modes"):
+            ap.error("--filed runs its own two modes; leave --modes out")
+    else:
+        modes = a.modes.split(",")
     build, default_seeds = GRIDS[a.grid]
     seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else default_seeds
-    modes = a.modes.split(",")
     with tempfile.TemporaryDirectory(prefix="fedsim-bench-") as tmp:
         tmp = Path(tmp)
         t = time.perf_counter()
@@ -224,10 +248,14 @@ def main(argv=None) -> int:
             spec.write_text(yaml.safe_dump(scenario, sort_keys=False))
             specs.append((spec, args))
         wall, rss = {}, {}
+        filed = code_at(a.filed, tmp / "filed_code") if a.filed else None
         for mode in modes:
             wall[mode], rss[mode] = 0.0, 0.0
             for i, (spec, args) in enumerate(specs):
-                w, r = compare(spec, args, tmp / mode / f"part{i}", MODES[mode])
+                if mode == "filed_jobs2":
+                    w, r = compare(spec, args, tmp / mode / f"part{i}", ["--jobs", "2"], root=filed)
+                else:
+                    w, r = compare(spec, args, tmp / mode / f"part{i}", MODES[mode])
                 wall[mode] += w
                 rss[mode] = max(rss[mode], r)
                 print(f"  {mode} part {i}: {w:.1f} s, peak {r:.0f} MiB", flush=True)
@@ -237,14 +265,23 @@ def main(argv=None) -> int:
                 for m in modes}
         diff = {m: max(max_diff(tmp / m, tmp / ref, "rounds.csv"), max_diff(tmp / m, tmp / ref, "evals.csv"))
                 for m in modes}
-    base = "jobs2" if "jobs2" in modes else ref
+    base = "jobs2" if "jobs2" in modes else "filed_jobs2" if a.filed else ref
     print(f"{a.grid}: {runs} runs, seeds {_csv(seeds)} (set-up {setup:.1f} s, not timed)")
     for m in modes:
         print(f"  {m:8s} {wall[m]:8.1f} s  peak {rss[m]:7.0f} MiB  x{wall[base] / wall[m]:.2f} vs {base}; vs {ref}: "
               f"clients.csv same {same[m]['clients.csv']}, rounds.csv same {same[m]['rounds.csv']}, "
               f"evals.csv same {same[m]['evals.csv']}, largest difference {diff[m]:.3g}")
     ok = all(same[m]["clients.csv"] for m in modes)
-    if not a.no_save and "stacked" in modes and len(modes) > 1:
+    if a.filed and not a.no_save:
+        rev = subprocess.run(["git", "rev-parse", "--short", a.filed], cwd=ROOT, capture_output=True, text=True).stdout
+        row = {**machine(), "grid": a.grid, "runs": runs, "seeds": _csv(seeds), "filed": rev.strip(),
+               "filed_jobs2_s": round(wall["filed_jobs2"], 1), "stacked_jobs2_s": round(wall["stacked_jobs2"], 1),
+               "filed_jobs2_MiB": round(rss["filed_jobs2"]), "stacked_jobs2_MiB": round(rss["stacked_jobs2"]),
+               "x": round(wall["filed_jobs2"] / wall["stacked_jobs2"], 2), "clients_same": ok,
+               "rounds_same": same["filed_jobs2"]["rounds.csv"], "evals_same": same["filed_jobs2"]["evals.csv"],
+               "largest_diff": f"{diff['filed_jobs2']:.3g}"}
+        append("compare_filed", [row], "A grid with the code an issue was filed on (--jobs 2) vs stacked --jobs 2 now")
+    elif not a.no_save and "stacked" in modes and len(modes) > 1:
         row = {**machine(), "grid": a.grid, "runs": runs, "seeds": _csv(seeds),
                **{f"{m}_s": round(wall[m], 1) for m in modes}, **{f"{m}_MiB": round(rss[m]) for m in modes},
                **{f"x_{m}": round(wall[base] / wall[m], 2) for m in modes if m != base}, "clients_same": ok,

@@ -94,6 +94,34 @@ def test_the_alone_table_holds_the_recorded_rows_against_the_stacked_profile():
         assert abs(float(r["alone_s"]) / float(r["stacked_s"]) / float(r["saved_x"]) - 1) <= 0.01, grid
 
 
+def filed_row(grid: str, r: dict) -> str:
+    same = "byte-identical" if r["rounds_same"] == "True" and r["evals_same"] == "True" else (
+        f"clients.csv byte-identical; rounds.csv, evals.csv within {r['largest_diff']}")
+    if r["clients_same"] != "True":
+        same = "clients.csv differs"
+    return (f"| {grid} ({r['runs']}) | {r['filed_jobs2_s']} s | {r['stacked_jobs2_s']} s | {r['x']}x | {same} |")
+
+
+def test_the_filed_table_holds_the_recorded_rows():
+    rows = recorded("compare_filed")
+    assert set(rows) == set(GRIDS)
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    flat = " ".join(perf.split())
+    for grid, r in rows.items():
+        assert filed_row(grid, r) in perf, grid
+        assert r["filed"] == "f9acf61", grid
+        assert abs(float(r["filed_jobs2_s"]) / float(r["stacked_jobs2_s"]) / float(r["x"]) - 1) <= 0.01, grid
+    s = rows["straggler"]
+    # the prose: the straggler grid's speed-up and files, the filed code's time
+    assert float(s["x"]) >= 5 and s["rounds_same"] == s["evals_same"] == s["clients_same"] == "True"
+    assert f"the same code took {s['filed_jobs2_s']} s here with `--jobs 2`, alone" in flat
+    assert f"`--no-stack --jobs 2` took {recorded()['straggler']['jobs2_s']} s for the grid" in flat
+    assert all(float(r["x"]) < {"wire": 3, "devices": 3, "hparams": 10}[g] for g, r in rows.items() if g != "straggler")
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    figures = ", ".join(f"{g} {rows[g]['x']}x" for g in GRIDS)
+    assert f"(f9acf61), measured alone in one invocation each: {figures} (`benchmarks/results/compare_filed.md`)" in readme
+
+
 def test_the_bounds_and_earlier_figures_the_prose_quotes_were_recorded():
     prof = recorded("stack_profile")
     readme = " ".join((ROOT / "README.md").read_text().split())
@@ -120,6 +148,8 @@ if __name__ == "__main__":  # print the tables' rows (to paste them after a new 
         print(profile_row(grid, r))
     for grid, r in recorded("alone_profile").items():
         print(alone_row(grid, r))
+    for grid, r in recorded("compare_filed").items():
+        print(filed_row(grid, r))
 
 
 def test_a_profile_sample_counts_in_the_first_part_its_stack_passes_through():
