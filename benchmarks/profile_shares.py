@@ -14,17 +14,19 @@ with no Python frame, a line of a bare count, are left out):
 - ``data``: generating Synthetic clients on demand and copying a request's clients into one
   tensor (``SyntheticPopulation.gather``, ``Workload._copied_in``);
 - ``compression``: compressing the uploads (``compress_cohort``);
-- ``training``: the batched local steps (``train_rows``);
-- ``evaluation``: the batched evaluations (``evaluate_together``, ``client_metrics_together``);
+- ``training``: the local steps (``train_rows``, batched across runs; ``train_cohort``, a run alone);
+- ``evaluation``: the evaluations (``evaluate_together``, ``client_metrics_together``; alone,
+  ``EvalRequest.run``, ``ClientEvalRequest.run``);
 - ``imports``: importing modules;
 - ``rest``: everything else -- each run's clock, selection, server update and table writes.
 
-``training`` and ``evaluation`` are tensor arithmetic that every run needs stacked or not (on a
-CPU a batched step of many models costs about the sum of their steps: each row has its own
-weights), so their seconds bound what stacking can save on this machine: scaled from the
-profiled runs to the grid's, divided by two when the runs use one thread (two processes could
-share them out) and by one when they already use both cores, they are the least wall time
-(``floor_s``) any way of running the grid on this machine could take, and ``jobs2_s`` (the grid's
+``training``, ``evaluation`` and ``compression`` are tensor arithmetic that every run needs,
+stacked or not (each row of a stack has its own weights, so a stacked step still does every
+run's products; what it saves is per-call cost, which ``--alone`` below measures), so the stacked
+program's seconds of it bound what stacking can gain on this machine unless that arithmetic gets
+faster: scaled from the profiled runs to the grid's, divided by two when the runs use one thread
+(two processes could share them out) and by one when they already use both cores, they are the
+least wall time (``floor_s``) this way of running the grid could take, and ``jobs2_s`` (the grid's
 last ``--no-stack --jobs 2`` time in ``results/compare_grids.csv``) over it is the largest
 speed-up stacking could give (``best_x``). ``--save`` appends the row to
 ``results/stack_profile.{csv,md}``.

@@ -1,8 +1,8 @@
 """README's and docs/performance.md's stacked-comparison tables are the rows that
 benchmarks/bench_compare_grids.py recorded (benchmarks/results/compare_grids.csv, the last row of
 each grid), and docs/performance.md's profile table the rows of benchmarks/profile_shares.py
-(results/stack_profile.csv) and of each run alone (results/alone_profile.csv): every number in them
-is checked here."""
+(results/stack_profile.csv) and of each run alone (results/alone_profile.csv), and the grids against
+the code before stacks (results/compare_filed.csv): every number in them is checked here."""
 
 from __future__ import annotations
 
