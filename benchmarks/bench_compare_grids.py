@@ -172,11 +172,21 @@ def _env(root: Path = ROOT) -> dict:
     return {**os.environ, "PYTHONPATH": str(root)}
 
 
-def code_at(rev: str, dest: Path) -> Path:
-    """fedsim's tree at git revision ``rev``, unpacked into ``dest`` (``git archive``: the
-    repository itself is left as it is)."""
+def commit_of(rev: str) -> str:
+    """The full commit id ``rev`` names in this repository; exits with a one-line error when it
+    names none (a revision is never read as one of git's options)."""
+    got = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+                         cwd=ROOT, capture_output=True, text=True)
+    if got.returncode != 0 or rev.startswith("-"):
+        raise SystemExit(f"--filed: {rev!r} names no commit of this repository")
+    return got.stdout.strip()
+
+
+def code_at(commit: str, dest: Path) -> Path:
+    """fedsim's tree at ``commit`` (a full id, :func:`commit_of`), unpacked into ``dest`` (``git
+    archive``: the repository itself is left as it is)."""
     dest.mkdir(parents=True)
-    tar = subprocess.run(["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    tar = subprocess.run(["git", "archive", "--format=tar", commit], cwd=ROOT, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
     return dest
 
@@ -232,6 +242,7 @@ def main(argv=None) -> int:
         modes = ["filed_jobs2", "stacked_jobs2"]
         if a.modes != ap.get_default("modes"):
             ap.error("--filed runs its own two modes; leave --modes out")
+        commit = commit_of(a.filed)
     else:
         modes = a.modes.split(",")
     build, default_seeds = GRIDS[a.grid]
@@ -248,14 +259,12 @@ def main(argv=None) -> int:
             spec.write_text(yaml.safe_dump(scenario, sort_keys=False))
             specs.append((spec, args))
         wall, rss = {}, {}
-        filed = code_at(a.filed, tmp / "filed_code") if a.filed else None
+        filed = code_at(commit, tmp / "filed_code") if a.filed else None
         for mode in modes:
             wall[mode], rss[mode] = 0.0, 0.0
             for i, (spec, args) in enumerate(specs):
-                if mode == "filed_jobs2":
-                    w, r = compare(spec, args, tmp / mode / f"part{i}", ["--jobs", "2"], root=filed)
-                else:
-                    w, r = compare(spec, args, tmp / mode / f"part{i}", MODES[mode])
+                extra, root = (["--jobs", "2"], filed) if mode == "filed_jobs2" else (MODES[mode], ROOT)
+                w, r = compare(spec, args, tmp / mode / f"part{i}", extra, root=root)
                 wall[mode] += w
                 rss[mode] = max(rss[mode], r)
                 print(f"  {mode} part {i}: {w:.1f} s, peak {r:.0f} MiB", flush=True)
@@ -273,8 +282,7 @@ def main(argv=None) -> int:
               f"evals.csv same {same[m]['evals.csv']}, largest difference {diff[m]:.3g}")
     ok = all(same[m]["clients.csv"] for m in modes)
     if a.filed and not a.no_save:
-        rev = subprocess.run(["git", "rev-parse", "--short", a.filed], cwd=ROOT, capture_output=True, text=True).stdout
-        row = {**machine(), "grid": a.grid, "runs": runs, "seeds": _csv(seeds), "filed": rev.strip(),
+        row = {**machine(), "grid": a.grid, "runs": runs, "seeds": _csv(seeds), "filed": commit[:7],
                "filed_jobs2_s": round(wall["filed_jobs2"], 1), "stacked_jobs2_s": round(wall["stacked_jobs2"], 1),
                "filed_jobs2_MiB": round(rss["filed_jobs2"]), "stacked_jobs2_MiB": round(rss["stacked_jobs2"]),
                "x": round(wall["filed_jobs2"] / wall["stacked_jobs2"], 2), "clients_same": ok,

@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     got: Counter = Counter()
     if not a.rate > 0:
         ap.error("--rate: must be a positive number of samples per second")
+    if a.runs_profiled < 1:
+        ap.error("--runs-profiled: must be at least 1 (the runs the profiles are of)")
     for path in a.raw:
         try:
             with open(path) as f:

@@ -198,3 +198,37 @@ def test_the_parts_of_lines_py_spy_wrote():
     # the counts at the lines' ends, in the fixture's order: data, compression, training,
     # evaluation, imports, rest (the seventh, " 36", has no frame)
     assert got == {"data": 89.0, "compression": 2.0, "training": 4.0, "evaluation": 1.0, "imports": 1.0, "rest": 4.0}
+
+
+def _bench(name: str):
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_filed_takes_only_a_commit_of_this_repository_and_never_a_git_option(tmp_path):
+    import subprocess
+
+    import pytest
+
+    bench = _bench("bench_compare_grids")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert bench.commit_of("HEAD") == head and len(head) == 40
+    planted = tmp_path / "written"
+    for bad in (f"--output={planted}", "-o", "no-such-revision", "HEAD:README.md", ""):
+        with pytest.raises(SystemExit, match="names no commit of this repository"):
+            bench.commit_of(bad)
+    assert not planted.exists()
+
+
+def test_profile_shares_refuses_no_profiled_runs(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        _bench("profile_shares").main(["hparams", "x.raw", "--runs-profiled", "0"])
+    assert e.value.code == 2 and "--runs-profiled: must be at least 1" in capsys.readouterr().err
